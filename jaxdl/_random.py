@@ -1,0 +1,47 @@
+"""Global seed and key streams.
+
+PyTorch draws weights from one global generator; `manual_seed` makes them
+reproducible. jaxdl keeps the same habit on top of explicit JAX keys: a global
+base key plus a counter, folded together for each draw, so that construction
+order (not wall-clock or device) decides every weight.
+"""
+
+import itertools
+
+import jax
+import numpy as np
+
+_base_key = None
+_counter = itertools.count()
+
+
+def manual_seed(seed: int):
+    """Seed the global key stream used by module constructors and `nn.init`."""
+    global _base_key, _counter
+    if not isinstance(seed, int | np.integer):
+        raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
+    _base_key = jax.random.key(int(seed))
+    _counter = itertools.count()
+    return _base_key
+
+
+def next_key():
+    """A fresh key from the global stream (seeded with 0 unless `manual_seed` was called)."""
+    if _base_key is None:
+        manual_seed(0)
+    return jax.random.fold_in(_base_key, next(_counter))
+
+
+class KeyStream:
+    """Keys for one constructor: split from `key` when given, else from the global stream."""
+
+    def __init__(self, key=None):
+        if key is not None and not isinstance(key, jax.Array):
+            raise TypeError(f"key must be a jax.random key, got {type(key).__name__}")
+        self._key = key
+        self._count = itertools.count()
+
+    def __call__(self):
+        if self._key is None:
+            return next_key()
+        return jax.random.fold_in(self._key, next(self._count))

@@ -1,0 +1,29 @@
+"""Dropout: draws its masks from the module's own key stream."""
+
+from jaxdl._module import Module
+from jaxdl._random import KeyStream
+from jaxdl.nn import functional as F
+
+
+class Dropout(Module):
+    """Zeroes elements with probability p in training mode, scaling the rest by 1/(1-p).
+
+    The key stream is module state: under `dl.jit` it advances every step, so
+    two compiled steps never reuse a mask.
+    """
+
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, key=None):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+        self.inplace = inplace
+        self._register_rng("_rng", KeyStream(key)())
+
+    def forward(self, input):
+        if not self.training or self.p == 0.0:
+            return input
+        return F.dropout(input, self.p, True, key=self._next_key())
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"

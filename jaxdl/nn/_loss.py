@@ -1,0 +1,68 @@
+"""Loss modules: thin wrappers over `functional` with PyTorch's constructor arguments."""
+
+import jax.numpy as jnp
+
+from jaxdl._module import Module
+from jaxdl.nn import functional as F
+
+
+class _Loss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            raise NotImplementedError(
+                "size_average and reduce are deprecated in PyTorch; use reduction='mean'|'sum'|'none'"
+            )
+        if reduction not in ("none", "mean", "sum"):
+            raise ValueError(f"reduction={reduction!r} is not valid; use 'none', 'mean' or 'sum'")
+        self.reduction = reduction
+
+    def _check_same_shape(self, input, target):
+        if input.shape != target.shape:
+            raise self._input_error("target of shape", tuple(input.shape), tuple(target.shape))
+
+
+class MSELoss(_Loss):
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        if weight is not None:
+            self.register_buffer("weight", jnp.asarray(weight, jnp.float32))
+        else:
+            self.register_buffer("weight", None)
+
+
+class NLLLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                          reduction=self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        if input.ndim == 0:
+            raise self._input_error("input of rank", "1 or more", "a scalar")
+        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)

@@ -1,0 +1,45 @@
+"""SGD with PyTorch's momentum, dampening, nesterov and coupled weight decay."""
+
+import jax.numpy as jnp
+
+from jaxdl.optim._optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    """torch.optim.SGD.
+
+    buf = momentum * buf + (1 - dampening) * g  (buf = g on the first step),
+    g = g + momentum * buf if nesterov else buf, p = p - lr * g.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach=None, differentiable: bool = False, fused=None):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
+
+    def _validate(self, o):
+        for name in ("momentum", "weight_decay"):
+            if o[name] < 0:
+                raise ValueError(f"Invalid {name} value: {o[name]}")
+        if o["nesterov"] and (o["momentum"] <= 0 or o["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _init_state(self, param, o):
+        if o["momentum"] == 0:
+            return {}
+        # `started` replaces PyTorch's "buffer is None" check on the first step.
+        return {"momentum_buffer": jnp.zeros_like(param), "started": jnp.zeros((), jnp.bool_)}
+
+    def _update(self, p, g, state, o):
+        if o["maximize"]:
+            g = -g
+        if o["weight_decay"]:
+            g = g + o["weight_decay"] * p
+        if o["momentum"]:
+            m = o["momentum"]
+            buf = jnp.where(state["started"], m * state["momentum_buffer"] + (1 - o["dampening"]) * g, g)
+            state = {"momentum_buffer": buf, "started": jnp.ones((), jnp.bool_)}
+            g = g + m * buf if o["nesterov"] else buf
+        return p - o["lr"] * g, state
