@@ -1,0 +1,140 @@
+"""Test harness: a torch layer and its jaxdl twin, same weights, same inputs, same answers.
+
+`check_twin(torch_module, jaxdl_module, inputs)` copies the torch state_dict
+into the twin, runs both in train and eval mode, and compares
+
+- every forward output (max abs error <= fwd_tol * max(1, max |torch output|)),
+- the gradient of a fixed random projection of the outputs with respect to
+  every floating input and every trainable parameter
+  (max abs error <= grad_tol * max |torch gradient|, plus a tiny floor),
+- every buffer after the call (BatchNorm running statistics, counters).
+
+Outputs may be nested tuples/lists (RNNs return `(out, h)`); `None` leaves are
+skipped. Integer inputs (indices, offsets) are passed through undifferentiated.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+import jaxdl as dl
+
+
+def rand(rng: np.random.Generator, *shape, scale: float = 1.0) -> np.ndarray:
+    """float32 normal samples, the default test input."""
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def flatten(tree) -> list:
+    """Leaves of nested tuples/lists, in order, skipping None."""
+    if tree is None:
+        return []
+    if isinstance(tree, tuple | list):
+        return [leaf for item in tree for leaf in flatten(item)]
+    return [tree]
+
+
+def _np(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def assert_close(actual, expected, what: str, tol: float = 1e-5, floor: float = 1.0):
+    """max |actual - expected| <= tol * max(floor, max |expected|); shapes must match."""
+    actual, expected = _np(actual), _np(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if expected.size == 0:
+        return
+    scale = max(floor, float(np.max(np.abs(expected))))
+    err = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
+    assert err <= tol * scale, f"{what}: max abs error {err:.3g} > {tol:g} * {scale:.3g}"
+
+
+def _is_float(x) -> bool:
+    return np.issubdtype(np.asarray(x).dtype, np.floating)
+
+
+def run_torch(module, inputs, kwargs, cotangent_seed: int):
+    """Forward + backward of sum(outputs * fixed random cotangents) in torch."""
+    t_inputs = [
+        torch.tensor(x, requires_grad=_is_float(x)) if isinstance(x, np.ndarray) else x
+        for x in inputs
+    ]
+    out = module(*t_inputs, **kwargs)
+    leaves = flatten(out)
+    cot_rng = np.random.default_rng(cotangent_seed)
+    cotangents = [rand(cot_rng, *leaf.shape) if leaf.is_floating_point() else None
+                  for leaf in leaves]
+    loss = sum((leaf * torch.tensor(c)).sum() for leaf, c in zip(leaves, cotangents)
+               if c is not None and leaf.requires_grad)
+    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+    input_grads = [
+        (None if t.grad is None else t.grad.numpy()) if isinstance(t, torch.Tensor)
+        and t.requires_grad else None
+        for t in t_inputs
+    ]
+    param_grads = {n: None if p.grad is None else p.grad.numpy() for n, p in params.items()}
+    return [_np(leaf) for leaf in leaves], cotangents, input_grads, param_grads
+
+
+def run_jaxdl(module, inputs, kwargs, cotangents, jit: bool):
+    """The same projection's value and gradients through dl.value_and_grad (optionally dl.jit)."""
+    diff_positions = [i for i, x in enumerate(inputs) if isinstance(x, np.ndarray) and _is_float(x)]
+    fixed = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in inputs]
+
+    def objective(m, *diff):
+        call = list(fixed)
+        for i, value in zip(diff_positions, diff):
+            call[i] = value
+        out = m(*call, **kwargs)
+        leaves = flatten(out)
+        loss = sum(jnp.sum(leaf * c) for leaf, c in zip(leaves, cotangents) if c is not None)
+        return jnp.asarray(loss, jnp.float32), leaves
+
+    argnums = tuple(range(1 + len(diff_positions)))
+    step = dl.value_and_grad(objective, argnums=argnums, has_aux=True)
+    if jit:
+        step = dl.jit(step, donate=False)
+    (_, leaves), grads = step(module, *[fixed[i] for i in diff_positions])
+    input_grads = [None] * len(inputs)
+    for i, g in zip(diff_positions, grads[1:]):
+        input_grads[i] = g
+    return leaves, input_grads, dict(grads[0])
+
+
+def check_twin(torch_module, jax_module, inputs, *, kwargs=None, modes=("train", "eval"),
+               fwd_tol: float = 1e-5, grad_tol: float = 1e-4, jit: bool = False,
+               seed: int = 0):
+    """Compare a torch module and its jaxdl twin on `inputs` (numpy arrays or plain values).
+
+    Returns the jaxdl outputs of the last mode, for extra checks by the caller.
+    """
+    kwargs = kwargs or {}
+    leaves = None
+    for mode in modes:
+        training = mode == "train"
+        jax_module.load_state_dict(torch_module.state_dict())
+        torch_module.train(training)
+        jax_module.train(training)
+        torch_module.zero_grad(set_to_none=True)
+        t_out, cotangents, t_in_grads, t_param_grads = run_torch(
+            torch_module, inputs, kwargs, seed)
+        leaves, j_in_grads, j_param_grads = run_jaxdl(jax_module, inputs, kwargs, cotangents, jit)
+        assert len(leaves) == len(t_out), f"[{mode}] {len(leaves)} outputs, torch {len(t_out)}"
+        for k, (a, e) in enumerate(zip(leaves, t_out)):
+            assert_close(a, e, f"[{mode}] output {k}", fwd_tol)
+        for k, (a, e) in enumerate(zip(j_in_grads, t_in_grads)):
+            if e is not None:
+                assert_close(a, e, f"[{mode}] grad of input {k}", grad_tol, floor=1e-6)
+        assert set(j_param_grads) == set(t_param_grads), (
+            f"[{mode}] gradient keys {sorted(j_param_grads)} != torch {sorted(t_param_grads)}")
+        for name, e in t_param_grads.items():
+            e = np.zeros_like(_np(j_param_grads[name])) if e is None else e
+            assert_close(j_param_grads[name], e, f"[{mode}] grad of {name}", grad_tol, floor=1e-6)
+        t_buffers = dict(torch_module.named_buffers())
+        for name, value in jax_module.named_buffers():
+            assert_close(value, t_buffers[name], f"[{mode}] buffer {name} after the call", fwd_tol)
+    return leaves
