@@ -1,12 +1,13 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
-from jaxdl import nn, optim
+from jaxdl import data, nn, optim
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
 from jaxdl._transforms import checkpoint, grad, jit, value_and_grad, vmap
 
 __all__ = [
     "checkpoint",
+    "data",
     "grad",
     "jit",
     "manual_seed",

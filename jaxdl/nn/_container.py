@@ -75,6 +75,18 @@ class ModuleList(Module):
             self.append(module)
         return self
 
+    def __repr__(self):
+        # Like PyTorch, runs of identical consecutive layers print once: "(0-3): 4 x Linear(...)".
+        reprs = [repr(m).replace("\n", "\n  ") for m in self._modules.values()]
+        lines, start = [], 0
+        for i in range(1, len(reprs) + 1):
+            if i == len(reprs) or reprs[i] != reprs[start]:
+                label = f"({start})" if i - start == 1 else f"({start}-{i - 1}): {i - start} x"
+                lines.append(f"{label}: {reprs[start]}" if i - start == 1 else f"{label} {reprs[start]}")
+                start = i
+        body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
+        return f"{type(self).__name__}({body})"
+
 
 class ModuleDict(Module):
     def __init__(self, modules=None):

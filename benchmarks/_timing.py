@@ -1,0 +1,47 @@
+"""Shared timing helpers for benchmarks: thread pinning, warm-up, median of repeats."""
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def pin_threads(n: int = 1):
+    """Fix thread counts on both sides before jax/torch start (call before importing them)."""
+    os.environ.setdefault(
+        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    )
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(n))
+
+
+def median_seconds(fn, steps: int, repeats: int, warmup: int = 3) -> float:
+    """Median over `repeats` of the mean time of `steps` calls of `fn` (which must block)."""
+    for _ in range(warmup):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        runs.append((time.perf_counter() - start) / steps)
+    return statistics.median(runs)
+
+
+def machine() -> dict:
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}",
+        "python": platform.python_version(),
+    }
+
+
+def write_json(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
