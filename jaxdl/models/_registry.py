@@ -1,0 +1,50 @@
+"""The one place where models register, by name, for `jaxdl train` and `get_model`."""
+
+import dataclasses
+from collections.abc import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    """A registered model: its jaxdl builder and, optionally, a PyTorch twin builder.
+
+    `torch_twin(**kwargs)` returns a `torch.nn.Module` with the same state_dict
+    keys and shapes as `build(**kwargs)`, so weights copy across one to one.
+    """
+
+    name: str
+    build: Callable
+    torch_twin: Callable | None = None
+    description: str = ""
+
+
+_MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(name: str, *, torch_twin: Callable | None = None, description: str = ""):
+    """Decorator: registers `build(**kwargs) -> nn.Module` under `name`."""
+
+    def decorate(build):
+        if name in _MODELS:
+            raise ValueError(f"model '{name}' is already registered")
+        _MODELS[name] = ModelEntry(name, build, torch_twin, description)
+        return build
+
+    return decorate
+
+
+def list_models() -> list[str]:
+    """Names of all registered models, sorted."""
+    return sorted(_MODELS)
+
+
+def model_entry(name: str) -> ModelEntry:
+    """The registry entry for `name`; an unknown name lists the valid ones."""
+    if name not in _MODELS:
+        raise KeyError(f"unknown model '{name}'; valid models: {', '.join(list_models())}")
+    return _MODELS[name]
+
+
+def get_model(name: str, **kwargs):
+    """Builds the registered model `name` (keyword arguments go to its builder)."""
+    return model_entry(name).build(**kwargs)
