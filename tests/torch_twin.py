@@ -138,3 +138,9 @@ def check_twin(torch_module, jax_module, inputs, *, kwargs=None, modes=("train",
         for name, value in jax_module.named_buffers():
             assert_close(value, t_buffers[name], f"[{mode}] buffer {name} after the call", fwd_tol)
     return leaves
+
+
+def pair(name: str, *args, **kwargs):
+    """(torch.nn.<name>(*args, **kwargs), jaxdl.nn.<name>(*args, **kwargs)), torch seeded 0."""
+    torch.manual_seed(0)
+    return getattr(torch.nn, name)(*args, **kwargs), getattr(dl.nn, name)(*args, **kwargs)

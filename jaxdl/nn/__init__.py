@@ -2,14 +2,68 @@
 
 from jaxdl._module import Buffer, Module, Parameter, ShapeError
 from jaxdl.nn import functional, init
-from jaxdl.nn._activation import LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from jaxdl.nn._activation import (
+    ELU,
+    GELU,
+    Hardswish,
+    LeakyReLU,
+    LogSoftmax,
+    Mish,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
 from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
-from jaxdl.nn._dropout import Dropout
-from jaxdl.nn._linear import Identity, Linear
-from jaxdl.nn._loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from jaxdl.nn._dropout import Dropout, Dropout2d
+from jaxdl.nn._embedding import Embedding, EmbeddingBag
+from jaxdl.nn._linear import Bilinear, Identity, Linear
+from jaxdl.nn._loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
+from jaxdl.nn._norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    GroupNorm,
+    InstanceNorm2d,
+    LayerNorm,
+    LocalResponseNorm,
+    RMSNorm,
+    SyncBatchNorm,
+)
+from jaxdl.nn._pool import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+from jaxdl.nn._shape import Flatten, Unflatten
 
 __all__ = [
     "Buffer", "CrossEntropyLoss", "Dropout", "Identity", "L1Loss", "Linear", "LogSoftmax",
     "MSELoss", "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU",
     "Sequential", "ShapeError", "Sigmoid", "Softmax", "Tanh", "functional", "init",
+]
+__all__ += [  # the layer library (issue 3)
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d", "AvgPool2d",
+    "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "Bilinear", "Conv1d", "Conv2d",
+    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "Dropout2d", "ELU", "Embedding",
+    "EmbeddingBag", "Flatten", "GELU", "GroupNorm", "Hardswish", "HuberLoss", "InstanceNorm2d",
+    "KLDivLoss", "LayerNorm", "LeakyReLU", "LocalResponseNorm", "MaxPool1d", "MaxPool2d", "Mish",
+    "RMSNorm", "ReLU6", "SiLU", "SmoothL1Loss", "Softplus", "SyncBatchNorm", "Unflatten",
 ]

@@ -1,4 +1,4 @@
-"""Dropout: draws its masks from the module's own key stream."""
+"""Dropout, Dropout2d: draw its masks from the module's own key stream."""
 
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
@@ -20,10 +20,22 @@ class Dropout(Module):
         self.inplace = inplace
         self._register_rng("_rng", KeyStream(key)())
 
+    _functional = staticmethod(F.dropout)
+
     def forward(self, input):
         if not self.training or self.p == 0.0:
             return input
-        return F.dropout(input, self.p, True, key=self._next_key())
+        return self._functional(input, self.p, True, key=self._next_key())
 
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels (axis 1 of (N, C, H, W)) with probability p in training mode."""
+
+    _functional = staticmethod(F.dropout2d)
+
+    def forward(self, input):
+        self._check_input(input, (3, 4))
+        return super().forward(input)

@@ -1,5 +1,8 @@
-"""Linear, Identity."""
+"""Linear, Bilinear, Identity."""
 
+import math
+
+import jax
 import jax.numpy as jnp
 
 from jaxdl._module import Module, Parameter
@@ -39,3 +42,34 @@ class Linear(Module):
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Bilinear(Module):
+    """y = x1^T W x2 + b with W of shape (out, in1, in2); weight and bias ~ U(+-1/sqrt(in1))."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
+                 device=None, dtype=None, *, key=None):
+        super().__init__()
+        keys = KeyStream(key)
+        self.in1_features, self.in2_features = in1_features, in2_features
+        self.out_features = out_features
+        dtype = jnp.float32 if dtype is None else dtype
+        bound = 1.0 / math.sqrt(in1_features)
+        shape = (out_features, in1_features, in2_features)
+        self.weight = Parameter(jax.random.uniform(keys(), shape, dtype, -bound, bound))
+        if bias:
+            self.bias = Parameter(jax.random.uniform(keys(), (out_features,), dtype, -bound, bound))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, input1, input2):
+        self._check_input(input1, range(1, 33), -1, self.in1_features)
+        self._check_input(input2, range(1, 33), -1, self.in2_features)
+        if input1.shape[:-1] != input2.shape[:-1]:
+            raise self._input_error("inputs with equal leading shapes,", tuple(input1.shape[:-1]),
+                                    tuple(input2.shape[:-1]))
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")

@@ -66,3 +66,57 @@ class CrossEntropyLoss(_WeightedLoss):
             raise self._input_error("input of rank", "1 or more", "a scalar")
         return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
                                reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean",
+                 pos_weight=None):
+        super().__init__(weight, size_average, reduce, reduction)
+        pos_weight = None if pos_weight is None else jnp.asarray(pos_weight, jnp.float32)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.binary_cross_entropy_with_logits(input, target, self.weight,
+                                                  reduction=self.reduction,
+                                                  pos_weight=self.pos_weight)
+
+
+class KLDivLoss(_Loss):
+    """KL divergence; `input` holds log-probabilities. reduction='batchmean' is the true KL."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
+                 log_target: bool = False):
+        batchmean = reduction == "batchmean"
+        super().__init__(size_average, reduce, "mean" if batchmean else reduction)
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):
+        self._check_same_shape(input, target)
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

@@ -1,0 +1,252 @@
+"""Convolutions: `F.pad`, `F.conv{1,2,3}d`, `F.conv_transpose{1,2}d` and their modules.
+
+Activations are channels-first (N, C, *spatial) and weights are PyTorch's
+(out, in/groups, *k) for convolutions and (in, out/groups, *k) for transposed
+convolutions. Unbatched inputs (C, *spatial) are accepted, as in PyTorch.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jaxdl._module import Module, Parameter
+from jaxdl._random import KeyStream
+from jaxdl.nn.init import bias_uniform, default_weight
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+              "circular": "wrap"}
+
+
+def _tuple(value, n: int, what: str) -> tuple:
+    if isinstance(value, int):
+        return (value,) * n
+    value = tuple(value)
+    if len(value) != n:
+        raise ValueError(f"{what} must be an int or a tuple of {n} ints, got {value}")
+    return value
+
+
+def pad(input, pad, mode: str = "constant", value=None):
+    """PyTorch's F.pad: `pad` lists (left, right) pairs starting from the LAST axis.
+
+    Negative padding crops (constant mode), as in PyTorch.
+    """
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"pad must have an even length of at most 2 * {input.ndim}, got {pad}")
+    if mode not in _PAD_MODES:
+        raise NotImplementedError(f"F.pad mode={mode!r}; supported: {sorted(_PAD_MODES)}")
+    pairs = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        pairs[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if mode == "constant":
+        fill = jnp.asarray(0 if value is None else value, input.dtype)
+        return jax.lax.pad(input, fill, [(lo, hi, 0) for lo, hi in pairs])
+    if any(lo < 0 or hi < 0 for lo, hi in pairs):
+        raise NotImplementedError(f"negative padding with mode={mode!r}")
+    return jnp.pad(input, pairs, mode=_PAD_MODES[mode])
+
+
+def _padding_pairs(padding, kernel, dilation, stride, n):
+    """(left, right) per spatial axis for an int/tuple padding or 'same'/'valid'."""
+    if padding == "valid":
+        return [(0, 0)] * n
+    if padding == "same":
+        if any(s != 1 for s in stride):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return [(t // 2, t - t // 2) for t in totals]  # the odd element goes right, as PyTorch
+    if isinstance(padding, str):
+        raise ValueError(f"padding={padding!r} is not valid; use an int, a tuple, 'same' or 'valid'")
+    return [(p, p) for p in _tuple(padding, n, "padding")]
+
+
+def _spatial_dims(n):
+    letters = "DHW"[3 - n:]
+    return ("NC" + letters, "OI" + letters, "NC" + letters)
+
+
+def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
+    stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    unbatched = input.ndim == n + 1
+    x = input[None] if unbatched else input
+    pairs = _padding_pairs(padding, weight.shape[2:], dilation, stride, n)
+    if padding_mode != "zeros":
+        x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
+        pairs = [(0, 0)] * n
+    out = jax.lax.conv_general_dilated(
+        x, weight.astype(x.dtype), stride, pairs, rhs_dilation=dilation,
+        dimension_numbers=_spatial_dims(n), feature_group_count=groups)
+    if bias is not None:
+        out = out + bias.reshape((-1,) + (1,) * n)
+    return out[0] if unbatched else out
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d convolution of (N, C_in, L) with weight (C_out, C_in/groups, k)."""
+    return _convnd(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d convolution of (N, C_in, H, W) with weight (C_out, C_in/groups, kH, kW)."""
+    return _convnd(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d convolution of (N, C_in, D, H, W) with weight (C_out, C_in/groups, kD, kH, kW)."""
+    return _convnd(3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """The gradient of a convolution: dilate the input by `stride`, convolve with the flipped,
+    transposed kernel, padding each side by dilation * (k - 1) - padding (+ output_padding)."""
+    stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+    padding = _tuple(padding, n, "padding")
+    output_padding = _tuple(output_padding, n, "output_padding")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= max(s, d):
+            raise ValueError(
+                f"output_padding {output_padding} must be smaller than stride {stride} or "
+                f"dilation {dilation}")
+    unbatched = input.ndim == n + 1
+    x = input[None] if unbatched else input
+    c_in, c_out_g, *kernel = weight.shape
+    # (in, out/g, *k) -> (out, in/g, *k), spatially flipped.
+    w = weight.reshape(groups, c_in // groups, c_out_g, *kernel)
+    w = jnp.swapaxes(w, 1, 2).reshape(groups * c_out_g, c_in // groups, *kernel)
+    w = jnp.flip(w, axis=tuple(range(2, 2 + n)))
+    pairs = [(d * (k - 1) - p, d * (k - 1) - p + op)
+             for k, d, p, op in zip(kernel, dilation, padding, output_padding)]
+    out = jax.lax.conv_general_dilated(
+        x, w.astype(x.dtype), (1,) * n, pairs, lhs_dilation=stride, rhs_dilation=dilation,
+        dimension_numbers=_spatial_dims(n), feature_group_count=groups)
+    if bias is not None:
+        out = out + bias.reshape((-1,) + (1,) * n)
+    return out[0] if unbatched else out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed 1-d convolution; weight (C_in, C_out/groups, k)."""
+    return _conv_transposend(1, input, weight, bias, stride, padding, output_padding, groups,
+                             dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed 2-d convolution; weight (C_in, C_out/groups, kH, kW)."""
+    return _conv_transposend(2, input, weight, bias, stride, padding, output_padding, groups,
+                             dilation)
+
+
+class _ConvNd(Module):
+    _n = 0
+    _transposed = False
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None,
+                 output_padding=0, *, key=None):
+        super().__init__()
+        n = self._n
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must "
+                             f"be divisible by groups {groups}")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode={padding_mode!r}; use 'zeros', 'reflect', "
+                             "'replicate' or 'circular'")
+        if self._transposed and padding_mode != "zeros":
+            raise ValueError(f"Only 'zeros' padding mode is supported for {type(self).__name__}")
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ValueError(f"padding={padding!r}; use 'same', 'valid', an int or a tuple")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _tuple(kernel_size, n, "kernel_size")
+        self.stride = _tuple(stride, n, "stride")
+        if padding == "same" and any(s != 1 for s in self.stride):
+            raise ValueError("padding='same' is not supported for strided convolutions")
+        self.padding = padding if isinstance(padding, str) else _tuple(padding, n, "padding")
+        self.dilation = _tuple(dilation, n, "dilation")
+        self.output_padding = _tuple(output_padding, n, "output_padding")
+        self.groups, self.padding_mode = groups, padding_mode
+        keys = KeyStream(key)
+        dtype = jnp.float32 if dtype is None else dtype
+        shape = ((in_channels, out_channels // groups) if self._transposed
+                 else (out_channels, in_channels // groups)) + self.kernel_size
+        self.weight = Parameter(default_weight(keys(), shape).astype(dtype))
+        if bias:
+            fan_in = shape[1] * math.prod(self.kernel_size)
+            self.bias = Parameter(bias_uniform(keys(), (out_channels,), fan_in).astype(dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def _check(self, input):
+        self._check_input(input, (self._n + 1, self._n + 2), -self._n - 1, self.in_channels)
+        if not jnp.issubdtype(input.dtype, jnp.floating):
+            raise self._input_error("a floating input, dtype", "float*", input.dtype)
+
+    def extra_repr(self):
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0,) * self._n:
+            s += f", padding={self.padding!r}"
+        if self.dilation != (1,) * self._n:
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * self._n:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
+        return s
+
+
+class _Conv(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None, *, key=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         bias, padding_mode, device, dtype, key=key)
+
+    def forward(self, input):
+        self._check(input)
+        return _convnd(self._n, input, self.weight, self.bias, self.stride, self.padding,
+                       self.dilation, self.groups, self.padding_mode)
+
+
+class Conv1d(_Conv):
+    _n = 1
+
+
+class Conv2d(_Conv):
+    _n = 2
+
+
+class Conv3d(_Conv):
+    _n = 3
+
+
+class _ConvTranspose(_ConvNd):
+    _transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None, *, key=None):
+        if isinstance(padding, str):
+            raise ValueError(f"padding={padding!r} is not supported for {type(self).__name__}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         bias, padding_mode, device, dtype, output_padding, key=key)
+
+    def forward(self, input, output_size=None):
+        if output_size is not None:
+            raise NotImplementedError(f"{self._describe()}: forward(output_size=...)")
+        self._check(input)
+        return _conv_transposend(self._n, input, self.weight, self.bias, self.stride,
+                                 self.padding, self.output_padding, self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTranspose):
+    _n = 1
+
+
+class ConvTranspose2d(_ConvTranspose):
+    _n = 2

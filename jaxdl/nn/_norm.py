@@ -1,0 +1,332 @@
+"""Normalisation: batch, sync-batch, layer, group, RMS, instance and local response norms.
+
+Statistics are computed in at least float32 and the result is cast back to
+the input dtype, so bfloat16 activations keep float32 statistics.
+
+BatchNorm in training mode writes its running statistics through attribute
+assignment (`self.running_mean = ...`), which `dl.jit`/`dl.value_and_grad`
+thread out of the traced step like any other module state.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from jaxdl._module import Module, Parameter
+
+
+def _f32(x):
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def _channel_shape(x):
+    """Shape that broadcasts a per-channel (axis 1) vector against x."""
+    return (1, -1) + (1,) * (x.ndim - 2)
+
+
+def _affine(y, weight, bias, shape):
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+def _batch_stats(x, axis_name=None):
+    """Per-channel mean, biased variance and sample count over every axis but 1.
+
+    With `axis_name` (inside a mapped/sharded step) the moments are averaged
+    over that axis, giving statistics of the global batch.
+    """
+    axes = (0,) + tuple(range(2, x.ndim))
+    xf = _f32(x)
+    mean = jnp.mean(xf, axes)
+    count = x.size // x.shape[1]
+    if axis_name is None:  # two passes: no cancellation for inputs with a large mean
+        return mean, jnp.mean(jnp.square(xf - mean.reshape(_channel_shape(x))), axes), count
+    mean, meansq = jax.lax.pmean((mean, jnp.mean(jnp.square(xf), axes)), axis_name)
+    count = count * jax.lax.psum(1, axis_name)
+    # E[x^2] - E[x]^2 can dip below zero by rounding.
+    return mean, jnp.maximum(meansq - jnp.square(mean), 0.0), count
+
+
+def _normalize_channels(x, mean, var, weight, bias, eps):
+    shape = _channel_shape(x)
+    y = (_f32(x) - mean.reshape(shape)) * jax.lax.rsqrt(var.reshape(shape) + eps)
+    return _affine(y, weight, bias, shape).astype(x.dtype)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """PyTorch's F.batch_norm output. Arrays are immutable: the running statistics are NOT
+    updated here (use nn.BatchNorm*d, which writes them back as module state)."""
+    if training or running_mean is None:
+        mean, var, _ = _batch_stats(input)
+    else:
+        mean, var = running_mean, running_var
+    return _normalize_channels(input, mean, var, weight, bias, eps)
+
+
+def _last_axes_norm(input, normalized_shape, eps, center: bool):
+    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    x = _f32(input)
+    if center:
+        x = x - jnp.mean(x, axes, keepdims=True)
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axes, keepdims=True) + eps)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    shape = tuple(normalized_shape)
+    y = _last_axes_norm(input, shape, eps, center=True)
+    return _affine(y, weight, bias, shape).astype(input.dtype)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """y = x / sqrt(mean(x^2) + eps) * weight; eps=None means finfo(input.dtype).eps."""
+    eps = jnp.finfo(input.dtype).eps if eps is None else eps
+    y = _last_axes_norm(input, tuple(normalized_shape), eps, center=False)
+    return (y if weight is None else y * weight).astype(input.dtype)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    n, c = input.shape[:2]
+    if c % num_groups:
+        raise ValueError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
+    grouped = input.reshape(n, num_groups, -1)
+    y = _last_axes_norm(grouped, (grouped.shape[-1],), eps, center=True).reshape(input.shape)
+    return _affine(y, weight, bias, _channel_shape(input)).astype(input.dtype)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Per-sample, per-channel normalisation over the spatial axes."""
+    if not use_input_stats:
+        return _normalize_channels(input, running_mean, running_var, weight, bias, eps)
+    n_spatial = input.ndim - 2
+    y = _last_axes_norm(input, input.shape[2:], eps, center=True) if n_spatial else _f32(input)
+    return _affine(y, weight, bias, _channel_shape(input)).astype(input.dtype)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """x / (k + alpha/size * sum of x^2 over `size` neighbouring channels)^beta."""
+    sq = jnp.square(_f32(input))
+    lead, trail = size // 2, (size - 1) // 2
+    padded = jnp.pad(sq, [(0, 0), (lead, trail)] + [(0, 0)] * (input.ndim - 2))
+    window = (1, size) + (1,) * (input.ndim - 2)
+    summed = jax.lax.reduce_window(padded, 0.0, jax.lax.add, window, (1,) * input.ndim, "VALID")
+    return (input / (k + alpha / size * summed) ** beta).astype(input.dtype)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """x / max(||x||_p along dim, eps)."""
+    norm = jnp.sum(jnp.abs(input) ** p, axis=dim, keepdims=True) ** (1.0 / p)
+    return input / jnp.maximum(norm, eps)
+
+
+class _BatchNorm(Module):
+    """Shared by BatchNorm1d/2d and SyncBatchNorm: PyTorch's momentum convention
+    (new = (1 - momentum) * old + momentum * batch; momentum=None: cumulative average),
+    unbiased running variance, `num_batches_tracked` counter."""
+
+    _ranks = ()
+    axis_name = None
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, device=None, dtype=None):
+        super().__init__()
+        dtype = jnp.float32 if dtype is None else dtype
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(jnp.ones((num_features,), dtype))
+            self.bias = Parameter(jnp.zeros((num_features,), dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", jnp.zeros((num_features,), dtype))
+            self.register_buffer("running_var", jnp.ones((num_features,), dtype))
+            # PyTorch stores int64; jax defaults to 32-bit integers.
+            self.register_buffer("num_batches_tracked", jnp.zeros((), jnp.int32))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+
+    def _check(self, input):
+        self._check_input(input, self._ranks, 1, self.num_features)
+
+    def forward(self, input):
+        self._check(input)
+        if not (self.training or self.running_mean is None):
+            return _normalize_channels(input, self.running_mean, self.running_var, self.weight,
+                                       self.bias, self.eps)
+        mean, var, count = _batch_stats(input, self.axis_name)
+        if isinstance(count, int) and count <= 1 and self.training:
+            raise self._input_error("more than 1 value per channel when training, input shape",
+                                    "", tuple(input.shape))
+        if self.training and self.track_running_stats:
+            tracked = self.num_batches_tracked + 1
+            self.num_batches_tracked = tracked
+            factor = 1.0 / tracked if self.momentum is None else self.momentum
+            unbiased = var * (count / jnp.maximum(count - 1, 1))
+            stats = jax.lax.stop_gradient((mean, unbiased))
+            dtype = self.running_mean.dtype
+            self.running_mean = ((1 - factor) * self.running_mean + factor * stats[0]).astype(dtype)
+            self.running_var = ((1 - factor) * self.running_var + factor * stats[1]).astype(dtype)
+        return _normalize_channels(input, mean, var, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _ranks = (4,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """BatchNorm over (N, C, *) whose statistics can span devices.
+
+    Set `axis_name` (constructor argument or attribute) to the mapped axis of
+    a `shard_map`/`pmap` step: mean and mean-of-squares are then `pmean`-ed
+    over it, so every device normalises with the global batch statistics, as
+    torch's SyncBatchNorm does across processes. With `axis_name=None`
+    (default, and outside any mapped step) it is exactly BatchNorm.
+    """
+
+    _ranks = tuple(range(2, 33))
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_group=None, device=None, dtype=None,
+                 *, axis_name=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        if process_group is not None:
+            raise NotImplementedError("SyncBatchNorm(process_group=...): use axis_name")
+        self.axis_name = axis_name
+
+
+class InstanceNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
+                 track_running_stats=False, device=None, dtype=None):
+        super().__init__()
+        if track_running_stats:
+            raise NotImplementedError("InstanceNorm2d(track_running_stats=True)")
+        dtype = jnp.float32 if dtype is None else dtype
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(jnp.ones((num_features,), dtype))
+            self.bias = Parameter(jnp.zeros((num_features,), dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        self._check_input(input, (3, 4), -3, self.num_features)
+        x = input[None] if input.ndim == 3 else input
+        out = instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+        return out[0] if input.ndim == 3 else out
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+def _shape_tuple(shape):
+    return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+class _LastAxesNorm(Module):
+    def _check(self, input):
+        n = len(self.normalized_shape)
+        if input.ndim < n or tuple(input.shape[input.ndim - n:]) != self.normalized_shape:
+            raise self._input_error("input whose trailing shape is", self.normalized_shape,
+                                    f"shape {tuple(input.shape)}")
+
+
+class LayerNorm(_LastAxesNorm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        dtype = jnp.float32 if dtype is None else dtype
+        self.normalized_shape = _shape_tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(jnp.ones(self.normalized_shape, dtype))
+            if bias:
+                self.bias = Parameter(jnp.zeros(self.normalized_shape, dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        self._check(input)
+        y = _last_axes_norm(input, self.normalized_shape, self.eps, center=True)
+        return _affine(y, self.weight, self.bias, self.normalized_shape).astype(input.dtype)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class RMSNorm(_LastAxesNorm):
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
+                 dtype=None):
+        super().__init__()
+        dtype = jnp.float32 if dtype is None else dtype
+        self.normalized_shape = _shape_tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(jnp.ones(self.normalized_shape, dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input):
+        self._check(input)
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class GroupNorm(Module):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels {num_channels} must be divisible by num_groups "
+                             f"{num_groups}")
+        dtype = jnp.float32 if dtype is None else dtype
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups, num_channels, eps, affine)
+        if affine:
+            self.weight = Parameter(jnp.ones((num_channels,), dtype))
+            self.bias = Parameter(jnp.zeros((num_channels,), dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        self._check_input(input, tuple(range(2, 33)), 1, self.num_channels)
+        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class LocalResponseNorm(Module):
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        self._check_input(input, tuple(range(3, 33)))
+        return local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

@@ -1,0 +1,259 @@
+"""Pooling: max/avg (with ceil_mode, padding, dilation), adaptive avg/max, and their modules.
+
+Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
+(C, *spatial) inputs, with `jax.lax.reduce_window`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdl._module import Module
+from jaxdl.nn._conv import _tuple
+
+
+def _out_size(length, k, s, p, d, ceil_mode):
+    """PyTorch's pooling output length; in ceil mode the last window must start inside
+    the input or its left padding."""
+    span = length + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= length + p:
+        out -= 1
+    return out
+
+
+def _window_geometry(input, n, kernel_size, stride, padding, dilation, ceil_mode):
+    k = _tuple(kernel_size, n, "kernel_size")
+    s = k if stride is None or stride == [] or stride == () else _tuple(stride, n, "stride")
+    p = _tuple(padding, n, "padding")
+    d = _tuple(dilation, n, "dilation")
+    for pi, ki, di in zip(p, k, d):
+        if pi * 2 > di * (ki - 1) + 1:
+            raise ValueError(f"pad should be at most half of effective kernel size, got "
+                             f"padding={p}, kernel_size={k}, dilation={d}")
+    spatial = input.shape[input.ndim - n:]
+    outs = [_out_size(L, ki, si, pi, di, ceil_mode) for L, ki, si, pi, di in
+            zip(spatial, k, s, p, d)]
+    if any(o <= 0 for o in outs):
+        raise ValueError(f"pooling output size {tuple(outs)} is too small for input of "
+                         f"spatial shape {tuple(spatial)}")
+    # Right padding that makes the last (ceil-mode) window fit.
+    pairs = [(pi, max(pi, (o - 1) * si + di * (ki - 1) + 1 - L - pi))
+             for L, o, ki, si, pi, di in zip(spatial, outs, k, s, p, d)]
+    return k, s, pairs, d, outs
+
+
+def _reduce(input, n, init, op, k, s, pairs, d=None):
+    lead = input.ndim - n
+    return jax.lax.reduce_window(
+        input, jnp.asarray(init, input.dtype), op, (1,) * lead + k, (1,) * lead + s,
+        [(0, 0)] * lead + pairs, window_dilation=None if d is None else (1,) * lead + d)
+
+
+def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    if return_indices:
+        raise NotImplementedError(f"max_pool{n}d(return_indices=True)")
+    k, s, pairs, d, _ = _window_geometry(input, n, kernel_size, stride, padding, dilation,
+                                         ceil_mode)
+    return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs, d)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_poolnd(1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                       return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_poolnd(2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                       return_indices)
+
+
+def _avg_divisor(length, out, k, s, p, count_include_pad):
+    """Per-output window sizes along one axis: PyTorch counts explicit padding (when asked)
+    but never the ceil-mode overhang."""
+    start = np.arange(out) * s - p
+    end = np.minimum(start + k, length + p)
+    if not count_include_pad:
+        start, end = np.maximum(start, 0), np.minimum(end, length)
+    return end - start
+
+
+def _avg_poolnd(n, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                divisor_override):
+    k, s, pairs, _, outs = _window_geometry(input, n, kernel_size, stride, padding, 1,
+                                            ceil_mode)
+    total = _reduce(input, n, 0, jax.lax.add, k, s, pairs)
+    if divisor_override:
+        return total / divisor_override
+    spatial = input.shape[input.ndim - n:]
+    divisor = np.ones((), np.float32)
+    for L, o, ki, si, (pi, _) in zip(spatial, outs, k, s, pairs):
+        divisor = np.multiply.outer(divisor, _avg_divisor(L, o, ki, si, pi, count_include_pad))
+    return (total / divisor.astype(np.float32)).astype(input.dtype)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _avg_poolnd(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_poolnd(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override)
+
+
+def _adaptive_bins(length, out):
+    """Membership (out, length) of PyTorch's adaptive bins [floor(i L/o), ceil((i+1) L/o))."""
+    i = np.arange(out)
+    start, end = (i * length) // out, -((-(i + 1) * length) // out)
+    j = np.arange(length)
+    return (j >= start[:, None]) & (j < end[:, None])
+
+
+def _adaptive_sizes(input, n, output_size):
+    sizes = _tuple(output_size, n, "output_size")
+    spatial = input.shape[input.ndim - n:]
+    return [L if o is None else o for L, o in zip(spatial, sizes)]
+
+
+def _adaptive_avg(input, n, output_size):
+    x = input
+    for axis, o in zip(range(input.ndim - n, input.ndim), _adaptive_sizes(input, n, output_size)):
+        bins = _adaptive_bins(x.shape[axis], o)
+        weights = (bins / bins.sum(1, keepdims=True)).astype(np.float32)
+        x = jnp.moveaxis(jnp.tensordot(x, weights.T.astype(x.dtype), axes=([axis], [0])), -1,
+                         axis)
+    return x
+
+
+def _adaptive_max(input, n, output_size, return_indices):
+    if return_indices:
+        raise NotImplementedError(f"adaptive_max_pool{n}d(return_indices=True)")
+    x = input
+    for axis, o in zip(range(input.ndim - n, input.ndim), _adaptive_sizes(input, n, output_size)):
+        bins = _adaptive_bins(x.shape[axis], o)
+        moved = jnp.moveaxis(x, axis, -1)[..., None, :]  # (..., 1, L) against bins (o, L)
+        x = jnp.moveaxis(jnp.max(jnp.where(bins, moved, -jnp.inf), axis=-1), -1, axis)
+    return x
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _adaptive_avg(input, 1, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _adaptive_avg(input, 2, output_size)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    return _adaptive_max(input, 1, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    return _adaptive_max(input, 2, output_size, return_indices)
+
+
+class _Pool(Module):
+    _n = 0
+
+    def _check(self, input):
+        self._check_input(input, (self._n + 1, self._n + 2))
+
+
+class _MaxPool(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False):
+        super().__init__()
+        if return_indices:
+            raise NotImplementedError(f"{type(self).__name__}(return_indices=True)")
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input):
+        self._check(input)
+        return _max_poolnd(self._n, input, self.kernel_size, self.stride, self.padding,
+                           self.dilation, self.ceil_mode, False)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPool):
+    _n = 1
+
+
+class MaxPool2d(_MaxPool):
+    _n = 2
+
+
+class _AvgPool(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True, divisor_override=None):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, input):
+        self._check(input)
+        return _avg_poolnd(self._n, input, self.kernel_size, self.stride, self.padding,
+                           self.ceil_mode, self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPool):
+    _n = 1
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
+                 count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
+class AvgPool2d(_AvgPool):
+    _n = 2
+
+
+class _Adaptive(_Pool):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_Adaptive):
+    _n = 1
+
+    def forward(self, input):
+        self._check(input)
+        return _adaptive_avg(input, 1, self.output_size)
+
+
+class AdaptiveAvgPool2d(_Adaptive):
+    _n = 2
+
+    def forward(self, input):
+        self._check(input)
+        return _adaptive_avg(input, 2, self.output_size)
+
+
+class AdaptiveMaxPool2d(_Adaptive):
+    _n = 2
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size)
+        if return_indices:
+            raise NotImplementedError("AdaptiveMaxPool2d(return_indices=True)")
+
+    def forward(self, input):
+        self._check(input)
+        return _adaptive_max(input, 2, self.output_size, False)
+

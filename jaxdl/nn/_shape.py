@@ -1,0 +1,50 @@
+"""Flatten and Unflatten."""
+
+import math
+
+from jaxdl._module import Module
+
+
+class Flatten(Module):
+    """Flattens axes start_dim..end_dim into one (PyTorch's defaults keep the batch axis)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        n = max(input.ndim, 1)
+        start, end = self.start_dim % n, self.end_dim % n
+        if input.ndim and start > end:
+            raise self._input_error(f"start_dim {self.start_dim} <= end_dim {self.end_dim} for "
+                                    "input of shape", "", tuple(input.shape))
+        if input.ndim == 0:
+            return input.reshape(1)
+        shape = input.shape
+        return input.reshape(shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits axis `dim` into `unflattened_size` (one entry may be -1)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input):
+        if not -input.ndim <= self.dim < input.ndim:
+            raise self._input_error(f"input with an axis {self.dim}, got shape", "",
+                                    tuple(input.shape))
+        dim = self.dim % input.ndim
+        sizes = self.unflattened_size
+        known = math.prod(s for s in sizes if s != -1)
+        if (-1 not in sizes and known != input.shape[dim]) or input.shape[dim] % max(known, 1):
+            raise self._input_error(f"axis {dim} of size", math.prod(sizes) if -1 not in sizes
+                                    else f"a multiple of {known}", input.shape[dim])
+        return input.reshape(input.shape[:dim] + sizes + input.shape[dim + 1:])
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

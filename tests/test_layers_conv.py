@@ -1,0 +1,107 @@
+"""Convolutions and F.pad against PyTorch: forward, gradients, init, errors."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch_twin import assert_close, check_twin, pair, rand
+
+import jaxdl.nn.functional as F
+from jaxdl import nn
+
+CONV2D = [  # (in, out, kernel, options), odd sizes and strides that do not divide
+    (3, 4, 3, {}),
+    (3, 5, (2, 3), {"stride": (2, 3), "padding": (1, 0)}),
+    (4, 6, 3, {"groups": 2, "dilation": 2, "padding": 2, "bias": False}),
+    (2, 3, 3, {"padding": "same", "dilation": (1, 2)}),
+    (2, 3, 4, {"padding": "same"}),
+    (2, 3, 3, {"padding": "valid", "stride": 2}),
+    (3, 3, 3, {"groups": 3, "padding": 1}),
+    (2, 4, 3, {"padding": 1, "padding_mode": "reflect"}),
+    (2, 4, 3, {"padding": (2, 1), "padding_mode": "replicate", "stride": 2}),
+    (2, 4, 3, {"padding": 1, "padding_mode": "circular"}),
+    (2, 4, 4, {"padding": "same", "padding_mode": "reflect"}),
+]
+
+
+@pytest.mark.parametrize("cin,cout,k,opts", CONV2D)
+def test_conv2d_matches_torch(cin, cout, k, opts, rng):
+    t, j = pair("Conv2d", cin, cout, k, **opts)
+    check_twin(t, j, [rand(rng, 2, cin, 7, 9)], modes=("train",))
+
+
+@pytest.mark.parametrize("opts", [{}, {"stride": 3, "padding": 2, "dilation": 2},
+                                  {"groups": 2, "padding": "same"},
+                                  {"padding": 1, "padding_mode": "circular"}])
+def test_conv1d_matches_torch(opts, rng):
+    t, j = pair("Conv1d", 4, 6, 3, **opts)
+    check_twin(t, j, [rand(rng, 3, 4, 11)], modes=("train",))
+
+
+def test_conv3d_and_unbatched_and_batch_one(rng):
+    t, j = pair("Conv3d", 2, 3, (2, 3, 3), stride=(1, 2, 2), padding=1)
+    check_twin(t, j, [rand(rng, 1, 2, 4, 5, 6)], modes=("train",))
+    t, j = pair("Conv2d", 2, 3, 3)
+    check_twin(t, j, [rand(rng, 2, 5, 5)], modes=("train",))  # unbatched (C, H, W)
+
+
+@pytest.mark.parametrize("opts", [
+    {},
+    {"stride": 2, "padding": 1, "output_padding": 1},
+    {"stride": 3, "groups": 2, "dilation": 2, "output_padding": 1},
+    {"stride": (2, 1), "padding": (0, 1), "bias": False},
+])
+def test_conv_transpose2d_matches_torch(opts, rng):
+    t, j = pair("ConvTranspose2d", 4, 6, 3, **opts)
+    check_twin(t, j, [rand(rng, 2, 4, 5, 6)], modes=("train",))
+
+
+def test_conv_transpose1d_matches_torch(rng):
+    t, j = pair("ConvTranspose1d", 2, 4, 4, stride=3, padding=1, output_padding=2, groups=2)
+    check_twin(t, j, [rand(rng, 2, 2, 7)], modes=("train",))
+
+
+def test_conv_jit_matches_torch(rng):
+    t, j = pair("Conv2d", 3, 4, 3, stride=2, padding=1)
+    check_twin(t, j, [rand(rng, 2, 3, 8, 8)], modes=("train",), jit=True)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_matches_torch(mode, rng):
+    x = rand(rng, 2, 3, 5, 6)
+    pads = (1, 2, 2, 0)
+    expected = torch.nn.functional.pad(torch.tensor(x), pads, mode=mode)
+    assert_close(F.pad(x, pads, mode=mode), expected, mode)
+    if mode == "constant":  # negative padding crops, value fills
+        expected = torch.nn.functional.pad(torch.tensor(x), (-1, 2), value=3.0)
+        assert_close(F.pad(x, (-1, 2), value=3.0), expected, "crop")
+
+
+@pytest.mark.parametrize("name,args", [("Conv2d", (6, 8, 3)), ("Conv1d", (4, 6, 5)),
+                                       ("ConvTranspose2d", (6, 4, 3))])
+def test_default_init_follows_torch_formula(name, args):
+    module = getattr(nn, name)(*args, groups=2)
+    w, b = np.asarray(module.weight), np.asarray(module.bias)
+    fan_in = w.shape[1] * math.prod(w.shape[2:])
+    bound = 1 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in))
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    assert np.abs(b).max() <= bound
+    torch_w = getattr(torch.nn, name)(*args, groups=2).weight
+    assert tuple(torch_w.shape) == w.shape
+
+
+def test_bad_input_names_module_and_shapes(rng):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3))
+    with pytest.raises(nn.ShapeError, match=r"0 \(Conv2d\).*size 3 on axis 1.*\(2, 5, 8, 8\)"):
+        model(rand(rng, 2, 5, 8, 8))
+    with pytest.raises(nn.ShapeError, match="rank 3-d or 4-d"):
+        model(rand(rng, 8, 8))
+    with pytest.raises(nn.ShapeError, match="floating"):
+        model(np.zeros((1, 3, 8, 8), np.int32))
+    with pytest.raises(ValueError, match="same"):
+        nn.Conv2d(3, 4, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="padding_mode"):
+        nn.Conv2d(3, 4, 3, padding_mode="mirror")
+    with pytest.raises(NotImplementedError, match="mode='bogus'"):
+        F.pad(rand(rng, 2, 3), (1, 1), mode="bogus")
