@@ -1,0 +1,319 @@
+"""jaxdl.data: loader order, coverage, workers, resume, sharding, collate, errors; datasets."""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxdl import data
+
+
+def index_dataset(n):
+    """Sample i is (i as a 2-vector of floats, label i): batches reveal the indices read."""
+    return data.TensorDataset(np.repeat(np.arange(n, dtype=np.float32)[:, None], 2, 1),
+                              np.arange(n, dtype=np.int32))
+
+
+def labels_of(batches):
+    return [np.asarray(y).tolist() for _, y in batches]
+
+
+def flat(batches):
+    return [i for batch in labels_of(batches) for i in batch]
+
+
+class FailingDataset(data.Dataset):
+    """Raises from a uniquely named function when sample `bad` is read."""
+
+    def __init__(self, n, bad):
+        self.n, self.bad = n, bad
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            self.unique_reader_of_sample(i)
+        return np.float32(i)
+
+    def unique_reader_of_sample(self, i):
+        raise ValueError(f"cannot read sample {i}")
+
+
+class RaggedDataset(data.Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return np.zeros(3 if i != 4 else 5, np.float32)
+
+
+class Stream(data.IterableDataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(np.arange(self.n, dtype=np.int32))
+
+
+# ---- order, coverage, length ---------------------------------------------------------------
+def test_shuffled_order_is_the_documented_reference_permutation():
+    n, seed = 103, 7
+    loader = data.DataLoader(index_dataset(n), batch_size=10, shuffle=True, seed=seed)
+    for epoch in range(3):  # each iteration is the next epoch, with its own order
+        expected = np.random.default_rng([seed, epoch]).permutation(n)
+        assert flat(loader) == expected.tolist()
+    again = data.DataLoader(index_dataset(n), batch_size=10, shuffle=True, seed=seed)
+    assert flat(again) == np.random.default_rng([seed, 0]).permutation(n).tolist()
+
+
+def test_every_sample_once_per_epoch_and_len():
+    loader = data.DataLoader(index_dataset(23), batch_size=5)
+    batches = labels_of(loader)
+    assert len(loader) == len(batches) == 5
+    assert [len(b) for b in batches] == [5, 5, 5, 5, 3]
+    assert sum(batches, []) == list(range(23))
+    x, _ = next(iter(loader))
+    assert isinstance(x, jax.Array) and x.shape == (5, 2) and x.dtype == np.float32
+
+
+def test_drop_last_drops_only_the_short_batch():
+    loader = data.DataLoader(index_dataset(23), batch_size=5, shuffle=True, seed=1,
+                             drop_last=True)
+    batches = labels_of(loader)
+    assert len(loader) == len(batches) == 4 and all(len(b) == 5 for b in batches)
+    reference = np.random.default_rng([1, 0]).permutation(23)[:20]
+    assert sum(batches, []) == reference.tolist()
+
+
+def test_set_epoch_selects_that_epochs_order():
+    loader = data.DataLoader(index_dataset(30), batch_size=7, shuffle=True, seed=3)
+    loader.set_epoch(5)
+    assert flat(loader) == np.random.default_rng([3, 5]).permutation(30).tolist()
+    assert flat(loader) == np.random.default_rng([3, 6]).permutation(30).tolist()
+
+
+# ---- workers ---------------------------------------------------------------------------------
+def test_workers_give_the_same_batches_as_the_main_process():
+    ds = index_dataset(50)
+    single = data.DataLoader(ds, batch_size=8, shuffle=True, seed=11)
+    workers = data.DataLoader(ds, batch_size=8, shuffle=True, seed=11, num_workers=2)
+    for _ in range(2):  # two epochs through the same (persistent) worker pipeline
+        ours, theirs = list(single), list(workers)
+        assert len(ours) == len(theirs) == 7
+        for (x0, y0), (x1, y1) in zip(ours, theirs):
+            np.testing.assert_array_equal(x0, x1)
+            np.testing.assert_array_equal(y0, y1)
+    workers.close()
+    assert multiprocessing.active_children() == []
+
+
+def test_worker_exception_reaches_main_process_with_traceback_and_no_leftover_workers():
+    loader = data.DataLoader(FailingDataset(40, bad=13), batch_size=4, num_workers=2)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="cannot read sample 13") as info:
+        list(loader)
+    assert time.monotonic() - start < 60
+    text = "".join(traceback.format_exception(info.value))
+    assert "unique_reader_of_sample" in text  # the worker's frames, not just the message
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []
+
+
+def test_keyboard_interrupt_stops_workers(tmp_path):
+    script = tmp_path / "interrupt.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing, os, signal
+        import numpy as np
+        from jaxdl import data
+
+        if __name__ == "__main__":
+            ds = data.TensorDataset(np.arange(4000, dtype=np.float32))
+            loader = data.DataLoader(ds, batch_size=4, num_workers=2)
+            pids = []
+            try:
+                for i, batch in enumerate(loader):
+                    if i == 3:
+                        pids = [p.pid for p in multiprocessing.active_children()]
+                        os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+            print("workers", *pids, flush=True)
+            print("alive", len(multiprocessing.active_children()), flush=True)
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.split("\n") if " " in line)
+    assert "interrupted" in result.stdout
+    assert len(lines["workers"].split()) == 2  # the interrupt came while both workers ran
+    assert lines["alive"] == "0"
+    for pid in map(int, lines["workers"].split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+# ---- checkpointable position ----------------------------------------------------------------
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_mid_epoch_yields_exactly_the_remaining_batches(num_workers):
+    ds = index_dataset(45)
+    reference = data.DataLoader(ds, batch_size=4, shuffle=True, seed=2)
+    next(iter(reference))  # epoch 0 (abandoned)
+    full = labels_of(reference)  # epoch 1, whole
+    loader = data.DataLoader(ds, batch_size=4, shuffle=True, seed=2, num_workers=num_workers)
+    list(loader)  # epoch 0
+    seen = []
+    for _, y in loader:  # epoch 1, stopped after 5 batches
+        seen.append(np.asarray(y).tolist())
+        if len(seen) == 5:
+            state = loader.state_dict()
+            break
+    assert seen == full[:5]
+    resumed = data.DataLoader(ds, batch_size=4, shuffle=True, seed=99, num_workers=num_workers)
+    resumed.load_state_dict(state)  # restores the seed too
+    assert labels_of(resumed) == full[5:]
+    assert flat(resumed) == np.random.default_rng([2, 2]).permutation(45).tolist()
+    resumed.close()
+    loader.close()
+
+
+def test_load_state_dict_rejects_a_different_setup():
+    state = data.DataLoader(index_dataset(10), batch_size=4).state_dict()
+    with pytest.raises(ValueError, match="batch_size=4 but this loader has batch_size=5"):
+        data.DataLoader(index_dataset(10), batch_size=5).load_state_dict(state)
+
+
+# ---- sharding over processes and devices -----------------------------------------------------
+def test_shards_partition_each_epoch_like_distributed_sampler():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler
+
+    n = 21  # odd: shards are padded to equal length by wrapping around, as in torch
+    shards = [data.DataLoader(index_dataset(n), batch_size=3, shard_index=r, num_shards=2)
+              for r in range(2)]
+    for rank, loader in enumerate(shards):
+        expected = list(DistributedSampler(range(n), num_replicas=2, rank=rank, shuffle=False))
+        assert flat(loader) == expected and len(loader) == 4
+    shuffled = [flat(data.DataLoader(index_dataset(20), batch_size=5, shuffle=True, seed=4,
+                                     shard_index=r, num_shards=2)) for r in range(2)]
+    assert sorted(shuffled[0] + shuffled[1]) == list(range(20))  # disjoint, complete
+    assert shuffled[0] == np.random.default_rng([4, 0]).permutation(20)[0::2].tolist()
+    del torch
+
+
+def test_shard_defaults_come_from_jax_processes():
+    loader = data.DataLoader(index_dataset(8))
+    assert (loader.shard_index, loader.num_shards) == (jax.process_index(), jax.process_count())
+
+
+def test_prefetch_onto_a_sharding_and_a_device():
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    loader = data.DataLoader(index_dataset(32), batch_size=16, sharding=sharding)
+    x, y = next(iter(loader))
+    assert x.sharding == sharding and y.sharding == sharding
+    np.testing.assert_array_equal(np.asarray(y), np.arange(16))
+    device = jax.devices()[3]
+    x, _ = next(iter(data.DataLoader(index_dataset(8), batch_size=4, device=device)))
+    assert x.devices() == {device}
+
+
+# ---- collate and bad input -------------------------------------------------------------------
+def test_default_collate_matches_torch_on_nested_samples():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import default_collate as torch_collate
+
+    samples = [{"image": np.full((2, 2), i, np.float32), "pair": (i, np.float32(i) / 2)}
+               for i in range(3)]
+    ours, theirs = data.default_collate(samples), torch_collate(samples)
+    np.testing.assert_array_equal(ours["image"], theirs["image"].numpy())
+    for a, b in zip(ours["pair"], theirs["pair"]):
+        np.testing.assert_array_equal(a, b.numpy())
+    del torch
+
+
+def test_inconsistent_shapes_name_the_sample_index_and_both_shapes():
+    loader = data.DataLoader(RaggedDataset(), batch_size=3)
+    with pytest.raises(ValueError, match=r"dataset index 4 has shape \(5,\) but sample at "
+                                         r"dataset index 3 has shape \(3,\)"):
+        list(loader)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="batch_size"):
+        data.DataLoader(index_dataset(4), batch_size=0)
+    with pytest.raises(ValueError, match="IterableDataset"):
+        data.DataLoader(Stream(4), shuffle=True)
+    with pytest.raises(ValueError, match="shard_index"):
+        data.DataLoader(index_dataset(4), shard_index=2, num_shards=2)
+
+
+def test_iterable_dataset_batches_in_order_and_resumes():
+    loader = data.DataLoader(Stream(10), batch_size=4)
+    assert labels_of((None, b) for b in loader) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    resumed = data.DataLoader(Stream(10), batch_size=4, drop_last=True)
+    resumed.load_state_dict({**state, "drop_last": 1})
+    assert [np.asarray(b).tolist() for b in resumed] == [[4, 5, 6, 7]]
+
+
+# ---- datasets --------------------------------------------------------------------------------
+def test_subset_concat_and_random_split_match_torch():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import ConcatDataset as TorchConcat
+
+    a, b = index_dataset(5), index_dataset(3)
+    ours, theirs = data.ConcatDataset([a, b]), TorchConcat([a, b])
+    assert len(ours) == len(theirs) == 8
+    for i in range(-8, 8):
+        assert ours[i][1] == theirs[i][1]
+    parts = data.random_split(index_dataset(10), [0.7, 0.3], generator=0)
+    assert [len(p) for p in parts] == [7, 3]
+    order = np.random.default_rng(0).permutation(10)
+    assert [parts[0][i][1] for i in range(7)] == order[:7].tolist()
+    assert data.Subset(index_dataset(10), [9, 2])[1][1] == 2
+    del torch
+
+
+def test_digits_is_sklearns_set_scaled_and_split_80_20():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    train, test = data.datasets.digits("train"), data.datasets.digits("test")
+    assert (len(train), len(test)) == (1438, 359)
+    x, y = train[0]
+    assert x.shape == (1, 8, 8) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    # Every image, times 16, is one of sklearn's with its label; the splits are disjoint.
+    keys = {raw.images[i].astype(np.float32).tobytes(): raw.target[i] for i in range(1797)}
+    seen = []
+    for split in (train, test):
+        images, labels = split.tensors
+        for image, label in zip(images, labels):
+            assert keys[(image[0] * 16).tobytes()] == label
+        seen.extend(image.tobytes() for image in images)
+    assert len(set(seen)) == len(keys)
+    np.testing.assert_array_equal(data.datasets.digits("test").tensors[1], test.tensors[1])
+    with pytest.raises(ValueError, match="'valid'"):
+        data.datasets.digits("valid")
+
+
+def test_synthetic_datasets():
+    images = data.datasets.synthetic_images(16, image_size=32)
+    x, y = images[3]
+    assert x.shape == (3, 32, 32) and x.dtype == np.uint8 and 0 <= y < 10
+    tokens = data.datasets.synthetic_tokens(4, seq_len=6, vocab_size=50)
+    inputs, targets = tokens[2]
+    np.testing.assert_array_equal(inputs[1:], targets[:-1])
+    np.testing.assert_array_equal(tokens[2][0], inputs)  # reproducible per index
