@@ -4,8 +4,10 @@ An optimizer joins the store of the parameters it updates, and keeps its own
 arrays (per-parameter state, the learning rate of each group) there too, so a
 `dl.jit` step threads model and optimizer as one list. Learning rates live in
 array slots: changing `param_groups[i]["lr"]` (by hand or by a scheduler)
-never recompiles. Other options are compile-time constants; changing them
-recompiles once.
+never recompiles. Other options are compile-time constants (Python floats, as
+precise as PyTorch's doubles); changing them recompiles once. A scheduler that
+changes another float option every step (OneCycleLR's momentum / betas) first
+moves it into a slot with `ParamGroup.make_dynamic`.
 """
 
 import math
@@ -16,18 +18,45 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl._gradients import Gradients
-from jaxdl._module import Module, Parameters
+from jaxdl._module import Module, Parameters, to_numpy
 from jaxdl._store import STATE, Stateful, join
 
-# Options that live in array slots (traced, changeable without recompiling).
+# Options that always live in array slots (traced, changeable without recompiling).
 DYNAMIC_OPTIONS = ("lr",)
+# Options PyTorch keeps in its param groups that do not change the math here.
+INERT_DEFAULTS = dict(foreach=None, capturable=False, differentiable=False, fused=None)
+
+
+def _is_tracer(value) -> bool:
+    return isinstance(value, jax.core.Tracer)
 
 
 def _check_lr(lr):
-    if isinstance(lr, jax.core.Tracer):
+    if _is_tracer(lr):
         return
+    if isinstance(lr, bool) or not isinstance(lr, int | float | np.floating | np.integer | jax.Array):
+        raise ValueError(f"Invalid learning rate: lr={lr!r} (must be a number)")
     if not math.isfinite(float(lr)) or float(lr) < 0:
         raise ValueError(f"Invalid learning rate: lr={lr} (must be finite and >= 0)")
+
+
+def power(base, t):
+    """base ** t for a float32 step count `t`, accurate for bases near 1.
+
+    A Python `base` (a compile-time option) keeps double precision through its
+    logarithm: float32(0.999) is 1.3e-5 off in `1 - base`, which PyTorch's
+    double-precision bias corrections do not see.
+    """
+    log_base = (math.log(base) if base > 0 else -math.inf) if isinstance(base, float | int) \
+        else jnp.log(base)
+    return jnp.exp(t * log_base)
+
+
+def one_minus_power(base, t):
+    """1 - base ** t (bias corrections), without cancellation."""
+    log_base = (math.log(base) if base > 0 else -math.inf) if isinstance(base, float | int) \
+        else jnp.log(base)
+    return -jnp.expm1(t * log_base)
 
 
 class ParamGroup(MutableMapping):
@@ -39,14 +68,28 @@ class ParamGroup(MutableMapping):
         self._static = {}
         self._dynamic = {}
         self._written = {}  # last Python value written to each dynamic option
-        store = optimizer._store
         for name, value in options.items():
             if name in DYNAMIC_OPTIONS:
                 _check_lr(value)
-                self._dynamic[name] = store.add(jnp.asarray(value, jnp.float32), STATE)
-                self._written[name] = value
+                self._add_slot(name, value)
             else:
                 self._static[name] = value
+
+    def _add_slot(self, name, value):
+        self._dynamic[name] = self._optimizer._store.add(_as_slot(value), STATE)
+        self._written[name] = value
+
+    def make_dynamic(self, name: str):
+        """Move a float (or tuple of floats, e.g. betas) option into an array slot.
+
+        Afterwards, writing it never recompiles; the option then has float32
+        precision inside the update (one recompile now, as the store grows).
+        """
+        if name in self._dynamic:
+            return
+        if name not in self._static:
+            raise KeyError(f"{type(self._optimizer).__name__} has no option {name!r}")
+        self._add_slot(name, self._static.pop(name))
 
     def _rebase(self, offset):
         self.slots = [i + offset for i in self.slots]
@@ -57,11 +100,11 @@ class ParamGroup(MutableMapping):
             return [self._optimizer._store.values[i] for i in self.slots]
         if key in self._dynamic:
             value = self._optimizer._store.read(self._dynamic[key])
-            if isinstance(value, jax.core.Tracer):
+            if value.ndim:  # a tuple option such as betas
+                return tuple(value) if _is_tracer(value) else _shown(self._written[key], value)
+            if _is_tracer(value):
                 return value
-            # Show 0.001, not its float32 rounding, unless a trace changed it since.
-            written = self._written.get(key)
-            return written if np.float32(written) == value else float(value)
+            return _shown(self._written[key], value)
         return self._static[key]
 
     def __setitem__(self, key, value):
@@ -69,10 +112,12 @@ class ParamGroup(MutableMapping):
         if key == "params":
             raise KeyError("param_groups[i]['params'] cannot be reassigned; build a new optimizer")
         if key in self._dynamic:
-            _check_lr(value)
-            store.write(self._dynamic[key], jnp.asarray(value, jnp.float32))
-            if not isinstance(value, jax.core.Tracer):
-                self._written[key] = float(value)
+            if key == "lr":
+                _check_lr(value)
+            store.write(self._dynamic[key], _as_slot(value))
+            concrete = not any(_is_tracer(v) for v in jax.tree.leaves(value))
+            if concrete:
+                self._written[key] = value
         else:
             self._static[key] = value
             store.bump()  # a compile-time constant changed
@@ -91,11 +136,30 @@ class ParamGroup(MutableMapping):
     def options(self) -> dict:
         """Every option, dynamic ones as arrays (tracers inside a trace)."""
         store = self._optimizer._store
-        return {**self._static, **{k: store.read(i) for k, i in self._dynamic.items()}}
+        out = dict(self._static)
+        for k, i in self._dynamic.items():
+            value = store.read(i)
+            out[k] = tuple(value[j] for j in range(value.shape[0])) if value.ndim else value
+        return out
 
     def __repr__(self):
         shown = {k: self[k] for k in self if k != "params"}
         return f"ParamGroup({len(self.slots)} params, {shown})"
+
+
+def _as_slot(value):
+    if isinstance(value, tuple | list):
+        return jnp.stack([jnp.asarray(v, jnp.float32) for v in value])
+    return jnp.asarray(value, jnp.float32)
+
+
+def _shown(written, value):
+    """The Python value last written (0.001, not its float32 rounding), unless a trace changed it."""
+    if isinstance(written, tuple | list):
+        if np.array_equal(np.asarray(written, np.float32), np.asarray(value)):
+            return tuple(written)
+        return tuple(float(v) for v in np.asarray(value))
+    return written if np.float32(written) == value else float(value)
 
 
 def _param_refs(params) -> list:
@@ -111,8 +175,31 @@ def _param_refs(params) -> list:
     )
 
 
+def _check_nonnegative(options: dict, *names):
+    for name in names:
+        value = options[name]
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"Invalid {name} value: {value!r} (must be finite and >= 0)")
+
+
+def _check_betas(options: dict):
+    betas = options["betas"]
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"Invalid betas: {betas} (two values, each in [0, 1))")
+
+
 class Optimizer(Stateful):
-    """Base class: subclasses define `_init_state` and `_update` for one parameter."""
+    """Base class: subclasses define `_init_state` and `_update` for one parameter.
+
+    `state_dict()` uses PyTorch's layout and state names, so a torch
+    optimizer's state dict loads here and ours loads into torch.
+    """
+
+    # PyTorch creates per-parameter state lazily at the first step (Adagrad: at
+    # construction); state_dict() leaves out what torch would not have yet.
+    _state_at_construction = False
+    # The inert options torch's param groups carry for this optimizer (kept for state dicts).
+    _inert = ("foreach", "capturable", "differentiable", "fused")
 
     def __init__(self, params, defaults: dict):
         if isinstance(params, dict):
@@ -125,6 +212,7 @@ class Optimizer(Stateful):
             raise ValueError("optimizer got an empty parameter list")
         self._store = join(*[m._store for m in modules])
         self._store.owners.add(self)
+        defaults = {**defaults, **{k: INERT_DEFAULTS[k] for k in self._inert}}
         self.defaults = dict(defaults)
         self.param_groups: list[ParamGroup] = []
         self._state: dict[int, dict[str, int]] = {}
@@ -141,6 +229,7 @@ class Optimizer(Stateful):
                 raise ValueError("some parameters appear in more than one parameter group")
             seen.update(slots)
             options = {**defaults, **{k: v for k, v in group.items() if k != "params"}}
+            _check_lr(options["lr"])
             self._validate(options)
             pg = ParamGroup(self, slots, options)
             self.param_groups.append(pg)
@@ -211,9 +300,114 @@ class Optimizer(Stateful):
                 for k, i in slots.items():
                     store.write(i, new_state[k].astype(state[k].dtype))
 
+    # ---- state dict (PyTorch's format) ---------------------------------------------------------
+    def _export_state(self, state: dict) -> dict | None:
+        """Our state of one parameter as torch names it; None where torch has none yet."""
+        step = state.get("step")
+        if step is not None and int(step) == 0 and not self._state_at_construction:
+            return None
+        return {k: (v.astype(jnp.float32) if k == "step" else v) for k, v in state.items()}
+
+    def _import_state(self, entry: dict | None, fresh: dict) -> dict:
+        """Inverse of `_export_state`: torch's entry (or None) to our state dict."""
+        return dict(fresh) if entry is None else dict(entry)
+
+    def state_dict(self) -> dict:
+        """{"state": {index: {name: array}}, "param_groups": [{option: value, "params": [index]}]}."""
+        state, groups, index = {}, [], 0
+        for group in self.param_groups:
+            indices = []
+            for slot in group.slots:
+                exported = self._export_state(
+                    {k: self._store.values[i] for k, i in self._state[slot].items()}
+                )
+                if exported is not None:
+                    state[index] = exported
+                indices.append(index)
+                index += 1
+            groups.append({**{k: group[k] for k in group if k != "params"}, "params": indices})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict):
+        """Load a state dict from `state_dict()` or from a torch optimizer; all-or-nothing.
+
+        Raises ValueError listing every mismatch (group sizes, state names,
+        shapes); nothing is written unless everything fits.
+        """
+        writes, problems = self._plan_load(state_dict)
+        if problems:
+            raise ValueError(
+                f"cannot load state_dict into {type(self).__name__} (optimizer unchanged):\n  "
+                + "\n  ".join(problems)
+            )
+        for group, options in writes["options"]:
+            for key, value in options.items():
+                if key in group._dynamic or group._static.get(key, _MISSING) != value:
+                    group[key] = value
+        for slot, value in writes["state"]:
+            self._store.write(slot, value)
+
+    def _plan_load(self, state_dict):
+        problems, options, state_writes = [], [], []
+        if not isinstance(state_dict, dict) or set(state_dict) != {"state", "param_groups"}:
+            keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+            return None, [f"expected keys ['param_groups', 'state'], got {keys}"]
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if len(saved_groups) != len(self.param_groups):
+            return None, [f"param_groups: {len(saved_groups)} saved, {len(self.param_groups)} here"]
+        index = 0
+        for g, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(saved["params"]) != len(group.slots):
+                problems.append(
+                    f"param_groups[{g}]: {len(saved['params'])} params saved, {len(group.slots)} here"
+                )
+                continue
+            new_options = {k: v for k, v in saved.items() if k != "params"}
+            if "lr" in new_options:
+                try:
+                    _check_lr(new_options["lr"])
+                except ValueError as err:
+                    problems.append(f"param_groups[{g}]: {err}")
+            if "betas" in new_options:
+                new_options["betas"] = tuple(float(b) for b in new_options["betas"])
+            options.append((group, new_options))
+            for saved_index, slot in zip(saved["params"], group.slots):
+                current = {k: self._store.values[i] for k, i in self._state[slot].items()}
+                entry = saved_state.get(saved_index, saved_state.get(str(saved_index)))
+                entry = None if entry is None else {k: to_numpy(v) for k, v in entry.items()}
+                fresh = self._init_state(self._store.values[slot], group.options())
+                try:
+                    ours = self._import_state(entry, fresh)
+                except KeyError as err:
+                    problems.append(f"state[{index}]: missing {err}")
+                    index += 1
+                    continue
+                extra = sorted(set(ours) - set(current))
+                missing = sorted(set(current) - set(ours))
+                if extra or missing:
+                    problems.append(f"state[{index}]: unexpected keys {extra}, missing keys {missing}")
+                for name, value in ours.items():
+                    if name not in current:
+                        continue
+                    value = np.asarray(value)
+                    if value.shape != current[name].shape:
+                        problems.append(
+                            f"state[{index}][{name!r}]: expected shape {tuple(current[name].shape)}"
+                            f", got {tuple(value.shape)}"
+                        )
+                        continue
+                    state_writes.append(
+                        (self._state[slot][name], jnp.asarray(value.astype(current[name].dtype)))
+                    )
+                index += 1
+        return {"options": options, "state": state_writes}, problems
+
     def __repr__(self):
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
             lines.append(f"Parameter Group {i}")
             lines.extend(f"    {k}: {group[k]}" for k in sorted(group) if k != "params")
         return "\n".join(lines) + "\n)"
+
+
+_MISSING = object()

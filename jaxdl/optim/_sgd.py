@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 
-from jaxdl.optim._optimizer import Optimizer
+from jaxdl.optim._optimizer import Optimizer, _check_nonnegative
 
 
 class SGD(Optimizer):
@@ -10,7 +10,10 @@ class SGD(Optimizer):
 
     buf = momentum * buf + (1 - dampening) * g  (buf = g on the first step),
     g = g + momentum * buf if nesterov else buf, p = p - lr * g.
+    A momentum buffer exists when momentum != 0 at construction (as torch's state).
     """
+
+    _inert = ("foreach", "differentiable", "fused")
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
@@ -20,14 +23,12 @@ class SGD(Optimizer):
                                       maximize=maximize))
 
     def _validate(self, o):
-        for name in ("momentum", "weight_decay"):
-            if o[name] < 0:
-                raise ValueError(f"Invalid {name} value: {o[name]}")
+        _check_nonnegative(o, "momentum", "weight_decay")
         if o["nesterov"] and (o["momentum"] <= 0 or o["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _init_state(self, param, o):
-        if o["momentum"] == 0:
+        if isinstance(o["momentum"], float | int) and o["momentum"] == 0:
             return {}
         # `started` replaces PyTorch's "buffer is None" check on the first step.
         return {"momentum_buffer": jnp.zeros_like(param), "started": jnp.zeros((), jnp.bool_)}
@@ -37,9 +38,19 @@ class SGD(Optimizer):
             g = -g
         if o["weight_decay"]:
             g = g + o["weight_decay"] * p
-        if o["momentum"]:
+        if "momentum_buffer" in state:
             m = o["momentum"]
             buf = jnp.where(state["started"], m * state["momentum_buffer"] + (1 - o["dampening"]) * g, g)
             state = {"momentum_buffer": buf, "started": jnp.ones((), jnp.bool_)}
             g = g + m * buf if o["nesterov"] else buf
         return p - o["lr"] * g, state
+
+    def _export_state(self, state):
+        if "momentum_buffer" not in state or not bool(state["started"]):
+            return None
+        return {"momentum_buffer": state["momentum_buffer"]}
+
+    def _import_state(self, entry, fresh):
+        if entry is None or "started" not in fresh:
+            return dict(fresh) if entry is None else dict(entry)
+        return {**entry, "started": jnp.ones((), jnp.bool_)}

@@ -1,0 +1,264 @@
+"""Optimizers against torch.optim: 200-step trajectories, state dicts, bad input, no recompiles."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jaxdl as dl
+from jaxdl import nn, optim
+
+STEPS = 200
+
+# (name, options): every option that changes the math, alone or combined.
+CASES = [
+    ("SGD", dict(lr=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, maximize=True)),
+    ("Adam", dict(lr=1e-2)),
+    ("Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ("Adam", dict(lr=1e-2, amsgrad=True, maximize=True)),
+    ("Adam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)),
+    ("AdamW", dict(lr=1e-2)),
+    ("AdamW", dict(lr=1e-2, weight_decay=0.1, amsgrad=True)),
+    ("RMSprop", dict(lr=1e-3)),
+    ("RMSprop", dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=0.01, centered=True)),
+    ("RMSprop", dict(lr=1e-3, momentum=0.9, maximize=True)),
+    ("RMSprop", dict(lr=1e-3, momentum=0.5, centered=True)),
+    ("Adagrad", dict(lr=0.05)),
+    ("Adagrad", dict(lr=0.05, lr_decay=0.01, weight_decay=0.01, initial_accumulator_value=0.1,
+                     eps=1e-6, maximize=True)),
+    ("Adadelta", dict()),
+    ("Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.01, maximize=True)),
+    ("Adamax", dict(lr=1e-2)),
+    ("Adamax", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01, maximize=True)),
+    ("NAdam", dict(lr=1e-2)),
+    ("NAdam", dict(lr=1e-2, momentum_decay=1e-2, weight_decay=0.01)),
+    ("NAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+    ("RAdam", dict(lr=1e-2)),
+    ("RAdam", dict(lr=1e-2, betas=(0.8, 0.99), weight_decay=0.01)),
+    ("RAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+]
+
+
+def make_pair(seed=0):
+    """A jaxdl MLP and its torch twin with the same weights."""
+    dl.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    twin = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    twin.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()})
+    return model, twin
+
+
+def batches(n=8, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((16, 6)).astype(np.float32),
+             rng.standard_normal((16, 3)).astype(np.float32)) for _ in range(n)]
+
+
+def mse(model, x, y, sign):
+    return sign * jnp.mean((model(x) - y) ** 2)
+
+
+def _sign(opt):
+    # With maximize=True both sides maximize -mse: ascending mse itself diverges
+    # chaotically, and float32 rounding differences then grow exponentially.
+    return -1.0 if opt.param_groups[0]["maximize"] else 1.0
+
+
+@dl.jit
+def _train_step(model, opt, x, y, sign):
+    loss, grads = dl.value_and_grad(mse)(model, x, y, sign)
+    opt.step(grads)
+    return loss
+
+
+def train_step(model, opt, x, y):
+    return _train_step(model, opt, x, y, _sign(opt))
+
+
+def torch_steps(twin, opt, data, steps):
+    sign = _sign(opt)
+    for i in range(steps):
+        x, y = data[i % len(data)]
+        opt.zero_grad()
+        (sign * torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2)).backward()
+        opt.step()
+
+
+def assert_params_close(model, twin, rtol=1e-5, atol=1e-6):
+    ours = model.state_dict()
+    for name, value in twin.state_dict().items():
+        np.testing.assert_allclose(np.asarray(ours[name]), value.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_trajectory_matches_torch(name, options):
+    model, twin = make_pair()
+    opt = getattr(optim, name)(model.parameters(), **options)
+    topt = getattr(torch.optim, name)(twin.parameters(), **options)
+    data = batches()
+    for i in range(STEPS):
+        train_step(model, opt, *data[i % len(data)])
+    torch_steps(twin, topt, data, STEPS)
+    assert_params_close(model, twin)
+
+
+def lion_reference(params, grads, exp_avgs, lr, b1, b2, wd):
+    """The Lion paper's Algorithm 2 (decoupled weight decay), in torch."""
+    for p, g, m in zip(params, grads, exp_avgs):
+        update = torch.sign(b1 * m + (1 - b1) * g)
+        p.mul_(1 - lr * wd).add_(update, alpha=-lr)
+        m.mul_(b2).add_(g, alpha=1 - b2)
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_lion_matches_paper_formula(wd):
+    model, twin = make_pair()
+    opt = optim.Lion(model.parameters(), lr=1e-3, weight_decay=wd)
+    data = batches()
+    for i in range(50):
+        train_step(model, opt, *data[i % len(data)])
+    params = list(twin.parameters())
+    exp_avgs = [torch.zeros_like(p) for p in params]
+    for i in range(50):
+        x, y = data[i % len(data)]
+        twin.zero_grad()
+        torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
+        with torch.no_grad():
+            lion_reference(params, [p.grad for p in params], exp_avgs, 1e-3, 0.9, 0.99, wd)
+    assert_params_close(model, twin)
+
+
+def test_param_groups_with_own_options():
+    model, twin = make_pair()
+    opt = optim.SGD([{"params": model[0].parameters()},
+                     {"params": model[2].parameters(), "lr": 0.2, "momentum": 0.5}], lr=0.05)
+    topt = torch.optim.SGD([{"params": twin[0].parameters()},
+                            {"params": twin[2].parameters(), "lr": 0.2, "momentum": 0.5}], lr=0.05)
+    data = batches()
+    for i in range(20):
+        train_step(model, opt, *data[i % len(data)])
+    torch_steps(twin, topt, data, 20)
+    assert_params_close(model, twin)
+    assert opt.param_groups[1]["lr"] == 0.2 and opt.param_groups[0]["momentum"] == 0.0
+
+
+def test_lr_change_takes_effect_without_recompiling():
+    model, twin = make_pair()
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    topt = torch.optim.Adam(twin.parameters(), lr=1e-2)
+    step = dl.jit(_train_step.fn)
+    data = batches()
+    for i in range(30):
+        for group, tgroup in zip(opt.param_groups, topt.param_groups):
+            group["lr"] = tgroup["lr"] = 1e-2 * 0.9 ** i
+        step(model, opt, *data[i % len(data)], 1.0)
+        torch_steps(twin, topt, [data[i % len(data)]], 1)
+    assert step.trace_count == 1
+    assert_params_close(model, twin)
+    assert opt.param_groups[0]["lr"] == 1e-2 * 0.9 ** 29
+
+
+def test_dynamic_betas_do_not_recompile():
+    model, _ = make_pair()
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    opt.param_groups[0].make_dynamic("betas")
+    step = dl.jit(_train_step.fn)
+    data = batches()
+    for i in range(5):
+        opt.param_groups[0]["betas"] = (0.9 - 0.01 * i, 0.999)
+        step(model, opt, *data[0], 1.0)
+    assert step.trace_count == 1
+    assert opt.param_groups[0]["betas"] == (0.86, 0.999)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad", "NAdam"])
+def test_state_dict_round_trips_through_torch(name):
+    options = dict(lr=0.01, momentum=0.9) if name in ("SGD", "RMSprop") else dict(lr=0.01)
+    model, twin = make_pair()
+    opt = getattr(optim, name)(model.parameters(), **options)
+    topt = getattr(torch.optim, name)(twin.parameters(), **options)
+    data = batches()
+    torch_steps(twin, topt, data, 5)
+    # torch -> ours: continue both for 10 steps, trajectories stay equal.
+    model.load_state_dict({k: v.numpy().copy() for k, v in twin.state_dict().items()})
+    opt.load_state_dict(topt.state_dict())
+    for i in range(10):
+        train_step(model, opt, *data[i % len(data)])
+    torch_steps(twin, topt, data, 10)
+    assert_params_close(model, twin)
+    # ours -> torch: a fresh torch optimizer loads our state dict and matches ours.
+    sd = opt.state_dict()
+    assert set(sd["param_groups"][0]) == set(topt.state_dict()["param_groups"][0])
+    fresh = getattr(torch.optim, name)(twin.parameters(), **options)
+    fresh.load_state_dict({
+        "state": {i: {k: torch.tensor(np.asarray(v)) for k, v in s.items()}
+                  for i, s in sd["state"].items()},
+        "param_groups": sd["param_groups"],
+    })
+    for i, entry in topt.state_dict()["state"].items():
+        for key, value in entry.items():
+            expected = value.numpy()
+            np.testing.assert_allclose(fresh.state[list(twin.parameters())[i]][key].numpy(),
+                                       expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_state_dict_before_first_step_is_empty_like_torch():
+    model, twin = make_pair()
+    assert optim.Adam(model.parameters()).state_dict()["state"] == {}
+    ours = optim.Adagrad(model.parameters(), initial_accumulator_value=0.5).state_dict()
+    theirs = torch.optim.Adagrad(twin.parameters(), initial_accumulator_value=0.5).state_dict()
+    assert set(ours["state"]) == set(theirs["state"])
+    np.testing.assert_array_equal(np.asarray(ours["state"][0]["sum"]), theirs["state"][0]["sum"])
+
+
+def test_load_state_dict_of_other_structure_lists_problems_and_changes_nothing():
+    model, _ = make_pair()
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    train_step(model, opt, *batches()[0])
+    before = opt.state_dict()
+    dl.manual_seed(3)
+    other = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    other_opt = optim.Adam(other.parameters(), lr=0.5, amsgrad=True)
+    train_step(other, other_opt, *batches()[0])
+    with pytest.raises(ValueError) as err:
+        opt.load_state_dict(other_opt.state_dict())
+    message = str(err.value)
+    assert "state[0]['exp_avg']: expected shape (16, 6), got (8, 6)" in message
+    assert "max_exp_avg_sq" in message
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for i, entry in before["state"].items():
+        for k, v in entry.items():
+            np.testing.assert_array_equal(np.asarray(after["state"][i][k]), np.asarray(v))
+    with pytest.raises(ValueError, match="param_groups: 2 saved, 1 here"):
+        opt.load_state_dict({"state": {}, "param_groups": [{"params": []}, {"params": []}]})
+
+
+@pytest.mark.parametrize("lr", [-1.0, math.nan, math.inf])
+def test_bad_lr_is_refused(lr):
+    model, _ = make_pair()
+    with pytest.raises(ValueError, match="lr="):
+        optim.SGD(model.parameters(), lr=lr)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="lr="):
+        opt.param_groups[0]["lr"] = lr
+
+
+def test_unknown_and_invalid_options_are_named():
+    model, _ = make_pair()
+    with pytest.raises(ValueError, match="momentun"):
+        optim.SGD([{"params": model.parameters(), "momentun": 0.9}])
+    with pytest.raises(TypeError, match="momentun"):
+        optim.Adam(model.parameters(), momentun=0.9)
+    with pytest.raises(ValueError, match="betas"):
+        optim.Adam(model.parameters(), betas=(0.9, 1.5))
+    with pytest.raises(ValueError, match="weight_decay"):
+        optim.RMSprop(model.parameters(), weight_decay=-1)
+    with pytest.raises(ValueError, match="rho"):
+        optim.Adadelta(model.parameters(), rho=2.0)
