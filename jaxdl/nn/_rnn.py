@@ -1,0 +1,327 @@
+"""RNN, LSTM, GRU and their single-step cells, with PyTorch's weights, gate order and biases.
+
+Each layer and direction projects the whole input sequence at once
+(x W_ih^T + b_ih, one big matmul) and then runs the recurrence with
+`jax.lax.scan`, so compiled code does not grow with the sequence length.
+Gate order is PyTorch's: LSTM (i, f, g, o), GRU (r, z, n) with
+n = tanh(W_in x + b_in + r * (W_hn h + b_hn)).
+"""
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+from jaxdl._module import Module, Parameter
+from jaxdl._random import KeyStream
+from jaxdl.nn import functional as F
+
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+# ---- one time step, given the input projection xp = x W_ih^T + b_ih --------------------------
+
+
+def _hidden_proj(h, w_hh, b_hh):
+    out = h @ w_hh.T
+    return out if b_hh is None else out + b_hh
+
+
+def _rnn_step(activation):
+    def step(xp, h, w_hh, b_hh):
+        return activation(xp + _hidden_proj(h, w_hh, b_hh))
+
+    return step
+
+
+def _lstm_step(xp, state, w_hh, b_hh):
+    h, c = state
+    i, f, g, o = jnp.split(xp + _hidden_proj(h, w_hh, b_hh), 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(c), c
+
+
+def _gru_step(xp, h, w_hh, b_hh):
+    x_r, x_z, x_n = jnp.split(xp, 3, axis=-1)
+    h_r, h_z, h_n = jnp.split(_hidden_proj(h, w_hh, b_hh), 3, axis=-1)
+    r = jax.nn.sigmoid(x_r + h_r)
+    z = jax.nn.sigmoid(x_z + h_z)
+    n = jnp.tanh(x_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
+_STEPS = {
+    "RNN_TANH": _rnn_step(jnp.tanh),
+    "RNN_RELU": _rnn_step(jax.nn.relu),
+    "LSTM": _lstm_step,
+    "GRU": _gru_step,
+}
+
+
+def _output_of(mode, carry):
+    """The hidden state h of a step's carry (LSTM carries (h, c))."""
+    return carry[0] if mode == "LSTM" else carry
+
+
+def _uniform_init(keys, shape, hidden_size, dtype):
+    """PyTorch's RNN init for every weight and bias: U(-1/sqrt(hidden), 1/sqrt(hidden))."""
+    bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0.0
+    return Parameter(jax.random.uniform(keys(), shape, jnp.float32, -bound, bound).astype(dtype))
+
+
+def _check_sizes(input_size, hidden_size, num_layers=1):
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                        ("num_layers", num_layers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+# ---- sequence layers ---------------------------------------------------------------------------
+
+
+class RNNBase(Module):
+    """Shared machinery of RNN, LSTM and GRU (PyTorch's `nn.RNNBase`)."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, device=None, dtype=None,
+                 *, key=None):
+        super().__init__()
+        _check_sizes(input_size, hidden_size, num_layers)
+        if not (0.0 <= dropout <= 1.0) or isinstance(dropout, bool):
+            raise ValueError(f"dropout should be a number in range [0, 1], got {dropout!r}")
+        if proj_size != 0:
+            raise NotImplementedError(f"{type(self).__name__}: proj_size={proj_size} is not "
+                                      "supported (only proj_size=0)")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(f"dropout={dropout} has no effect with num_layers=1: dropout is "
+                          "applied between recurrent layers only", stacklevel=3)
+        self.mode = mode
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bias
+        self.batch_first = batch_first
+        self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        self.proj_size = proj_size
+        dtype = jnp.float32 if dtype is None else dtype
+        keys = KeyStream(key)
+        gate_size = _GATES[mode] * hidden_size
+        directions = 2 if bidirectional else 1
+
+        def init(shape):
+            return _uniform_init(keys, shape, hidden_size, dtype)
+
+        for layer in range(num_layers):
+            layer_input = input_size if layer == 0 else hidden_size * directions
+            for suffix in ("", "_reverse")[:directions]:
+                setattr(self, f"weight_ih_l{layer}{suffix}", init((gate_size, layer_input)))
+                setattr(self, f"weight_hh_l{layer}{suffix}", init((gate_size, hidden_size)))
+                if bias:
+                    setattr(self, f"bias_ih_l{layer}{suffix}", init((gate_size,)))
+                    setattr(self, f"bias_hh_l{layer}{suffix}", init((gate_size,)))
+        self._register_rng("_rng", keys())
+
+    @property
+    def _directions(self):
+        return 2 if self.bidirectional else 1
+
+    def _weights(self, layer, direction):
+        suffix = "_reverse" if direction else ""
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        if not self.bias:
+            return (*(getattr(self, f"{n}_l{layer}{suffix}") for n in names[:2]), None, None)
+        return tuple(getattr(self, f"{n}_l{layer}{suffix}") for n in names)
+
+    def _initial_state(self, hx, batch, batched, dtype):
+        """(layers*directions, N, H) zeros or the checked user state, as a tuple of 1 or 2."""
+        expected = (self.num_layers * self._directions, batch, self.hidden_size)
+        count = 2 if self.mode == "LSTM" else 1
+        if hx is None:
+            return (jnp.zeros(expected, dtype),) * count
+        states = tuple(hx) if self.mode == "LSTM" else (hx,)
+        if len(states) != count:
+            raise self._input_error("hx as a tuple (h_0, c_0)", "", f"{len(states)} arrays")
+        out = []
+        for name, state in zip(("h_0", "c_0"), states):
+            want = expected if batched else (expected[0], expected[2])
+            if tuple(state.shape) != want:
+                kind = "batched" if batched else "unbatched"
+                raise self._input_error(f"{name} of shape", want,
+                                        f"{tuple(state.shape)} (for {kind} input)")
+            out.append(state if batched else state[:, None])
+        return tuple(out)
+
+    def _run_direction(self, xs, carry, layer, direction):
+        w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
+        projected = F.linear(xs, w_ih, b_ih)  # the whole sequence in one matmul
+        step = _STEPS[self.mode]
+
+        def body(carry, xp):
+            carry = step(xp, carry, w_hh, b_hh)
+            return carry, _output_of(self.mode, carry)
+
+        return jax.lax.scan(body, carry, projected, reverse=direction == 1)
+
+    def forward(self, input, hx=None):
+        self._check_input(input, (2, 3), -1, self.input_size)
+        batched = input.ndim == 3
+        xs = input if batched else input[:, None]
+        if batched and self.batch_first:
+            xs = jnp.swapaxes(xs, 0, 1)  # scan runs over the leading (time) axis
+        states = self._initial_state(hx, xs.shape[1], batched, xs.dtype)
+        finals = []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(self._directions):
+                index = layer * self._directions + direction
+                carry = tuple(s[index] for s in states) if self.mode == "LSTM" else states[0][index]
+                carry, ys = self._run_direction(xs, carry, layer, direction)
+                finals.append(carry if self.mode == "LSTM" else (carry,))
+                outputs.append(ys)
+            xs = jnp.concatenate(outputs, axis=-1) if len(outputs) > 1 else outputs[0]
+            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
+                xs = F.dropout(xs, self.dropout, True, key=self._next_key())
+        output = xs if not batched else (jnp.swapaxes(xs, 0, 1) if self.batch_first else xs)
+        final = [jnp.stack(parts) for parts in zip(*finals)]
+        if not batched:
+            output = output[:, 0]
+            final = [f[:, 0] for f in final]
+        return output, (tuple(final) if self.mode == "LSTM" else final[0])
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if self.batch_first is not False:
+            s += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            s += f", bidirectional={self.bidirectional}"
+        return s
+
+
+class RNN(RNNBase):
+    """Elman RNN: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) (or relu).
+
+    Returns `(output, h_n)`: output (L, N, D*H) (batch_first: (N, L, D*H)),
+    h_n (D*num_layers, N, H); unbatched (L, H_in) input drops the N axis.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, device=None, dtype=None,
+                 *, key=None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity '{nonlinearity}': use 'tanh' or 'relu'")
+        self.nonlinearity = nonlinearity
+        super().__init__(f"RNN_{nonlinearity.upper()}", input_size, hidden_size, num_layers,
+                         bias, batch_first, dropout, bidirectional, 0, device, dtype, key=key)
+
+    def extra_repr(self):
+        s = super().extra_repr()
+        return s if self.nonlinearity == "tanh" else s + f", nonlinearity={self.nonlinearity}"
+
+
+class LSTM(RNNBase):
+    """LSTM with gates (i, f, g, o); returns `(output, (h_n, c_n))`."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device=None, dtype=None, *, key=None):
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, proj_size, device, dtype, key=key)
+
+
+class GRU(RNNBase):
+    """GRU with gates (r, z, n); returns `(output, h_n)`."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device=None, dtype=None, *, key=None):
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype, key=key)
+
+
+# ---- single-step cells -------------------------------------------------------------------------
+
+
+class RNNCellBase(Module):
+    """One time step: input (N, H_in) or (H_in,), state (N, H) or (H,)."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, bias: bool = True,
+                 device=None, dtype=None, *, key=None):
+        super().__init__()
+        _check_sizes(input_size, hidden_size)
+        self.mode = mode
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.bias = bias
+        dtype = jnp.float32 if dtype is None else dtype
+        keys = KeyStream(key)
+        gate_size = _GATES[mode] * hidden_size
+        self.weight_ih = _uniform_init(keys, (gate_size, input_size), hidden_size, dtype)
+        self.weight_hh = _uniform_init(keys, (gate_size, hidden_size), hidden_size, dtype)
+        if bias:
+            self.bias_ih = _uniform_init(keys, (gate_size,), hidden_size, dtype)
+            self.bias_hh = _uniform_init(keys, (gate_size,), hidden_size, dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+
+    def forward(self, input, hx=None):
+        self._check_input(input, (1, 2), -1, self.input_size)
+        batched = input.ndim == 2
+        x = input if batched else input[None]
+        want = (x.shape[0], self.hidden_size)
+        count = 2 if self.mode == "LSTM" else 1
+        if hx is None:
+            states = (jnp.zeros(want, x.dtype),) * count
+        else:
+            states = tuple(hx) if self.mode == "LSTM" else (hx,)
+            if len(states) != count:
+                raise self._input_error("hx as a tuple (h_0, c_0)", "", f"{len(states)} arrays")
+            for state in states:
+                if tuple(state.shape) != (want if batched else want[1:]):
+                    raise self._input_error("hidden state of shape",
+                                            want if batched else want[1:], tuple(state.shape))
+            states = states if batched else tuple(s[None] for s in states)
+        carry = states if self.mode == "LSTM" else states[0]
+        xp = F.linear(x, self.weight_ih, self.bias_ih)
+        carry = _STEPS[self.mode](xp, carry, self.weight_hh, self.bias_hh)
+        carry = carry if self.mode == "LSTM" else (carry,)
+        carry = carry if batched else tuple(c[0] for c in carry)
+        return carry if self.mode == "LSTM" else carry[0]
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        return s if self.bias else s + ", bias=False"
+
+
+class RNNCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", device=None, dtype=None, *, key=None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
+        super().__init__(f"RNN_{nonlinearity.upper()}", input_size, hidden_size, bias, device,
+                         dtype, key=key)
+        self.nonlinearity = nonlinearity
+
+
+class LSTMCell(RNNCellBase):
+    """Returns `(h', c')`."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None, *, key=None):
+        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype, key=key)
+
+
+class GRUCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None,
+                 dtype=None, *, key=None):
+        super().__init__("GRU", input_size, hidden_size, bias, device, dtype, key=key)

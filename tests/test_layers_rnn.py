@@ -1,0 +1,162 @@
+"""RNN, LSTM, GRU and cells against torch: same weights, same inputs, same outputs and gradients."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from torch_twin import check_twin, rand
+
+import jaxdl as dl
+from jaxdl import nn
+
+SEQ_CLASSES = {"RNN": (nn.RNN, torch.nn.RNN), "LSTM": (nn.LSTM, torch.nn.LSTM),
+               "GRU": (nn.GRU, torch.nn.GRU)}
+CELL_CLASSES = {"RNNCell": (nn.RNNCell, torch.nn.RNNCell),
+                "LSTMCell": (nn.LSTMCell, torch.nn.LSTMCell),
+                "GRUCell": (nn.GRUCell, torch.nn.GRUCell)}
+
+
+# Without dropout, train and eval mode compute the same thing, so one mode suffices; compiling
+# the whole step (jit=True) is faster than eager op-by-op; test_eager_matches_torch runs eagerly.
+twin = functools.partial(check_twin, modes=("train",), jit=True)
+
+
+def _pair(kind, *args, **kwargs):
+    ours, theirs = {**SEQ_CLASSES, **CELL_CLASSES}[kind]
+    torch.manual_seed(0)
+    return theirs(*args, **kwargs), ours(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", list(SEQ_CLASSES))
+@pytest.mark.parametrize("num_layers, bidirectional, batch_first, bias", [
+    (1, False, False, True),
+    (2, True, True, True),
+    (3, False, True, False),
+    (2, True, False, False),
+])
+def test_sequence_layer_matches_torch(kind, num_layers, bidirectional, batch_first, bias, rng):
+    t, j = _pair(kind, 5, 7, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                 bidirectional=bidirectional)
+    assert list(j.state_dict()) == list(t.state_dict())
+    shape = (3, 4, 5) if batch_first else (4, 3, 5)
+    twin(t, j, [rand(rng, *shape)])
+
+
+@pytest.mark.parametrize("kind", list(SEQ_CLASSES))
+def test_initial_state_and_unbatched_input(kind, rng):
+    t, j = _pair(kind, 4, 6, num_layers=2, bidirectional=True)
+    h0 = rand(rng, 4, 2, 6)
+    hx = (h0, rand(rng, 4, 2, 6)) if kind == "LSTM" else h0
+    # input and initial state are both differentiated, so they are passed positionally;
+    # LSTM takes (h_0, c_0) as one argument: wrap both sides to unpack it
+    if kind == "LSTM":
+        class Wrap(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x, h, c):
+                return self.inner(x, (h, c))
+
+        class JWrap(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x, h, c):
+                return self.inner(x, (h, c))
+
+        t, j = Wrap(t), JWrap(j)
+        unbatched = [hx[0][:, 0], hx[1][:, 0]]
+    else:
+        hx, unbatched = [hx], [hx[:, 0]]
+    twin(t, j, [rand(rng, 3, 2, 4), *hx])
+    twin(t, j, [rand(rng, 3, 4), *unbatched])
+
+
+def test_relu_rnn_and_length_one_batch_one(rng):
+    t, j = _pair("RNN", 3, 5, nonlinearity="relu", num_layers=2)
+    twin(t, j, [rand(rng, 1, 1, 3)])
+    twin(t, j, [rand(rng, 6, 1, 3)])
+    assert "nonlinearity=relu" in repr(j)
+
+
+@pytest.mark.parametrize("kind", list(CELL_CLASSES))
+@pytest.mark.parametrize("bias", [True, False])
+def test_cells_match_torch(kind, bias, rng):
+    t, j = _pair(kind, 5, 3, bias=bias)
+    assert list(j.state_dict()) == list(t.state_dict())
+    twin(t, j, [rand(rng, 4, 5)])
+    twin(t, j, [rand(rng, 5)])
+    if kind != "LSTMCell":
+        twin(t, j, [rand(rng, 4, 5), rand(rng, 4, 3)])
+
+
+def test_lstm_cell_with_state(rng):
+    t, j = _pair("LSTMCell", 5, 3)
+    j.load_state_dict(t.state_dict())
+    x, h, c = rand(rng, 2, 5), rand(rng, 2, 3), rand(rng, 2, 3)
+    h_t, c_t = t(torch.tensor(x), (torch.tensor(h), torch.tensor(c)))
+    h_j, c_j = j(jnp.asarray(x), (jnp.asarray(h), jnp.asarray(c)))
+    np.testing.assert_allclose(h_j, h_t.detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(c_j, c_t.detach().numpy(), atol=1e-6)
+
+
+def test_default_init_is_uniform_in_torch_bound():
+    dl.manual_seed(0)
+    lstm = nn.LSTM(10, 64, num_layers=2)
+    bound = 1 / np.sqrt(64)
+    values = np.concatenate([np.ravel(p) for p in lstm.parameters()])
+    assert values.min() >= -bound and values.max() <= bound
+    # a uniform sample fills the interval: its std is bound / sqrt(3)
+    assert abs(values.std() - bound / np.sqrt(3)) < 0.02 * bound
+
+
+def test_inter_layer_dropout_is_train_only_and_advances_under_jit(rng):
+    t, j = _pair("GRU", 4, 8, num_layers=2, dropout=0.5)
+    j.load_state_dict(t.state_dict())
+    x = rand(rng, 5, 3, 4)
+    j.eval()
+    t.eval()
+    out_eval, _ = j(jnp.asarray(x))
+    np.testing.assert_allclose(out_eval, t(torch.tensor(x))[0].detach().numpy(), atol=1e-5)
+    j.train()
+    step = dl.jit(lambda m, x: m(x)[0])
+    first, second = np.asarray(step(j, jnp.asarray(x))), np.asarray(step(j, jnp.asarray(x)))
+    assert not np.allclose(first, out_eval, atol=1e-4)
+    assert not np.allclose(first, second)
+    # the last layer sees no dropout: dropout=0 in the 1-layer case changes nothing
+    with pytest.warns(UserWarning, match="no effect"):
+        nn.LSTM(4, 8, dropout=0.3)
+
+
+def test_eager_matches_torch(rng):
+    t, j = _pair("LSTM", 4, 6, num_layers=2, bidirectional=True, batch_first=True)
+    check_twin(t, j, [rand(rng, 2, 9, 4)], modes=("train",))
+
+
+def test_bad_inputs_name_module_and_shapes():
+    model = nn.Sequential(nn.LSTM(4, 6, num_layers=2))
+    with pytest.raises(ValueError, match=r"0 \(LSTM\).*size 4 on axis 2.*\(3, 2, 5\)"):
+        model(jnp.zeros((3, 2, 5)))
+    with pytest.raises(ValueError, match=r"0 \(LSTM\).*rank 2-d or 3-d"):
+        model(jnp.zeros((1, 3, 2, 4)))
+    lstm = model[0]
+    with pytest.raises(ValueError, match=r"h_0 of shape \(2, 2, 6\).*\(1, 2, 6\)"):
+        lstm(jnp.zeros((3, 2, 4)), (jnp.zeros((1, 2, 6)), jnp.zeros((2, 2, 6))))
+    with pytest.raises(ValueError, match=r"GRUCell.*hidden state of shape \(3, 5\)"):
+        nn.GRUCell(2, 5)(jnp.zeros((3, 2)), jnp.zeros((3, 4)))
+    with pytest.raises(NotImplementedError, match="proj_size"):
+        nn.LSTM(4, 6, proj_size=2)
+    with pytest.raises(ValueError, match="nonlinearity"):
+        nn.RNN(4, 6, nonlinearity="gelu")
+
+
+def test_explicit_key_reproduces_weights():
+    a = nn.GRU(3, 4, key=jax.random.key(1))
+    b = nn.GRU(3, 4, key=jax.random.key(1))
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        np.testing.assert_array_equal(x, y, err_msg=name)
