@@ -1,7 +1,7 @@
 """`jaxdl.nn`: modules with PyTorch's names, arguments, layouts and initialisation."""
 
 from jaxdl._module import Buffer, Module, Parameter, ShapeError
-from jaxdl.nn import functional, init
+from jaxdl.nn import functional, init, parallel
 from jaxdl.nn._activation import (
     ELU,
     GELU,
@@ -52,6 +52,7 @@ from jaxdl.nn._pool import (
     MaxPool1d,
     MaxPool2d,
 )
+from jaxdl.nn._rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from jaxdl.nn._shape import Flatten, Unflatten
 
 __all__ = [
@@ -67,3 +68,4 @@ __all__ += [  # the layer library (issue 3)
     "KLDivLoss", "LayerNorm", "LeakyReLU", "LocalResponseNorm", "MaxPool1d", "MaxPool2d", "Mish",
     "RMSNorm", "ReLU6", "SiLU", "SmoothL1Loss", "Softplus", "SyncBatchNorm", "Unflatten",
 ]
+__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
