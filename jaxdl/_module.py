@@ -410,7 +410,9 @@ class Module(Stateful):
                 f"(module unchanged):\n  " + "\n  ".join(problems)
             )
         for module, name, value, dtype in updates:
-            setattr(module, name, jnp.asarray(value, dtype=dtype))
+            # Copy: on CPU jnp.asarray may alias the numpy/torch memory, and a later in-place
+            # update of the source (a torch optimizer step, BatchNorm stats) would leak in.
+            setattr(module, name, jnp.array(value, dtype=dtype, copy=True))
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- modes and conversions ------------------------------------------------------------

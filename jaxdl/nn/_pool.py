@@ -4,6 +4,8 @@ Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
 (C, *spatial) inputs, with `jax.lax.reduce_window`.
 """
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,19 +45,32 @@ def _window_geometry(input, n, kernel_size, stride, padding, dilation, ceil_mode
     return k, s, pairs, d, outs
 
 
-def _reduce(input, n, init, op, k, s, pairs, d=None):
+def _reduce(input, n, init, op, k, s, pairs):
     lead = input.ndim - n
-    return jax.lax.reduce_window(
-        input, jnp.asarray(init, input.dtype), op, (1,) * lead + k, (1,) * lead + s,
-        [(0, 0)] * lead + pairs, window_dilation=None if d is None else (1,) * lead + d)
+    # A Python scalar init keeps reduce_window differentiable inside shard_map as well.
+    return jax.lax.reduce_window(input, init, op, (1,) * lead + k,
+                                 (1,) * lead + s, [(0, 0)] * lead + pairs)
 
 
 def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     if return_indices:
         raise NotImplementedError(f"max_pool{n}d(return_indices=True)")
-    k, s, pairs, d, _ = _window_geometry(input, n, kernel_size, stride, padding, dilation,
-                                         ceil_mode)
-    return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs, d)
+    k, s, pairs, d, outs = _window_geometry(input, n, kernel_size, stride, padding, dilation,
+                                            ceil_mode)
+    if all(di == 1 for di in d):
+        return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs)
+    # JAX has no gradient for dilated reduce_window max: take the max of one strided slice
+    # per kernel offset instead.
+    lead = input.ndim - n
+    x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
+    out = None
+    for offset in itertools.product(*(range(ki) for ki in k)):
+        start = (0,) * lead + tuple(o * di for o, di in zip(offset, d))
+        limit = x.shape[:lead] + tuple(st + (o - 1) * si + 1 for st, o, si in
+                                       zip(start[lead:], outs, s))
+        view = jax.lax.slice(x, start, limit, (1,) * lead + s)
+        out = view if out is None else jnp.maximum(out, view)
+    return out
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,

@@ -1,0 +1,106 @@
+"""Normalisation layers against PyTorch, incl. BatchNorm running statistics over many steps."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+from torch_twin import assert_close, check_twin, pair, rand
+
+import jaxdl as dl
+import jaxdl.nn.functional as F
+from jaxdl import nn
+
+
+@pytest.mark.parametrize("name,args,opts,shape", [
+    ("BatchNorm2d", (3,), {}, (4, 3, 5, 3)),
+    ("BatchNorm2d", (3,), {"momentum": None, "affine": False}, (2, 3, 1, 3)),
+    ("BatchNorm2d", (3,), {"track_running_stats": False}, (2, 3, 4, 4)),
+    ("BatchNorm1d", (5,), {"momentum": 0.3}, (6, 5)),
+    ("BatchNorm1d", (4,), {}, (3, 4, 7)),
+    ("SyncBatchNorm", (3,), {}, (2, 3, 4, 5)),
+    ("LayerNorm", ((4, 5),), {}, (2, 3, 4, 5)),
+    ("LayerNorm", (5,), {"bias": False, "eps": 1e-3}, (3, 5)),
+    ("LayerNorm", (5,), {"elementwise_affine": False}, (1, 1, 5)),
+    ("GroupNorm", (2, 6), {}, (3, 6, 4, 5)),
+    ("GroupNorm", (3, 3), {"affine": False}, (2, 3, 7)),
+    ("RMSNorm", (6,), {}, (2, 3, 6)),
+    ("RMSNorm", ((2, 6),), {"eps": 1e-4}, (4, 2, 6)),
+    ("InstanceNorm2d", (3,), {}, (2, 3, 4, 5)),
+    ("InstanceNorm2d", (3,), {"affine": True}, (3, 4, 5)),
+    ("LocalResponseNorm", (3,), {}, (2, 5, 4, 4)),
+    ("LocalResponseNorm", (4,), {"alpha": 0.1, "beta": 0.5, "k": 2.0}, (2, 6, 3)),
+])
+def test_norm_matches_torch_train_and_eval(name, args, opts, shape, rng):
+    t, j = pair(name, *args, **opts)
+    with torch.no_grad():  # non-trivial affine parameters and running stats
+        for p in t.parameters():
+            p.add_(torch.randn(p.shape) * 0.3)
+        if getattr(t, "running_var", None) is not None:
+            t.running_mean.add_(0.5)
+            t.running_var.mul_(1.7)
+    check_twin(t, j, [rand(rng, *shape, scale=2.0) + 0.5])
+
+
+def test_batchnorm_running_stats_over_training_steps(rng):
+    """Several jitted training steps (SGD on a conv+BN net): stats and weights track torch."""
+    torch.manual_seed(0)
+    t = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4, momentum=None),
+                            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 9, 3))
+    j = nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4, momentum=None), nn.ReLU(),
+                      nn.Flatten(), nn.Linear(4 * 9, 3))
+    j.load_state_dict(t.state_dict())
+    topt = torch.optim.SGD(t.parameters(), lr=0.1)
+    jopt = dl.optim.SGD(j.parameters(), lr=0.1)
+
+    @dl.jit
+    def step(model, opt, x):
+        loss, grads = dl.value_and_grad(lambda m: (m(x) ** 2).mean())(model)
+        opt.step(grads)
+        return loss
+
+    for _ in range(4):
+        x = rand(rng, 5, 2, 5, 5) * 3 + 1
+        topt.zero_grad()
+        (t(torch.tensor(x)) ** 2).mean().backward()
+        topt.step()
+        step(j, jopt, x)
+    jsd = j.state_dict()
+    for key, value in t.state_dict().items():
+        assert_close(jsd[key], value, key, 1e-4)
+    assert int(jsd["1.num_batches_tracked"]) == 4
+    t.eval()
+    j.eval()
+    x = rand(rng, 2, 2, 5, 5)
+    assert_close(j(x), t(torch.tensor(x)), "eval output after training")
+
+
+def test_functional_norms_match_torch(rng):
+    x = rand(rng, 3, 4, 5)
+    tx = torch.tensor(x)
+    mean, var = rand(rng, 4), np.abs(rand(rng, 4)) + 0.5
+    tf = torch.nn.functional
+    assert_close(F.batch_norm(x, mean, var), tf.batch_norm(tx, torch.tensor(mean),
+                                                           torch.tensor(var)), "batch_norm")
+    assert_close(F.normalize(x, p=3.0, dim=2), tf.normalize(tx, p=3.0, dim=2), "normalize")
+    assert_close(F.instance_norm(x), tf.instance_norm(tx), "instance_norm")
+
+
+def test_norm_bad_input(rng):
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(5))
+    with pytest.raises(nn.ShapeError, match=r"1 \(BatchNorm1d\).*size 5 on axis 1"):
+        model(rand(rng, 2, 3))
+    with pytest.raises(nn.ShapeError, match="more than 1 value per channel"):
+        nn.BatchNorm1d(3)(rand(rng, 1, 3))
+    with pytest.raises(nn.ShapeError, match=r"LayerNorm.*trailing shape is \(4,\)"):
+        nn.LayerNorm(4)(rand(rng, 2, 5))
+    with pytest.raises(NotImplementedError, match="track_running_stats"):
+        nn.InstanceNorm2d(3, track_running_stats=True)
+
+
+def test_sync_batchnorm_axis_name_gives_global_batch_statistics(rng):
+    """Under a mapped axis, each shard normalises with the statistics of the whole batch."""
+    x = rand(rng, 8, 3, 2, 2) * 2 + 1
+    bn = nn.SyncBatchNorm(3, axis_name="data", affine=False, track_running_stats=False)
+    shards = jax.vmap(bn, axis_name="data")(x.reshape(4, 2, 3, 2, 2))
+    expected = torch.nn.functional.batch_norm(torch.tensor(x), None, None, training=True)
+    assert_close(shards.reshape(x.shape), expected, "sharded SyncBatchNorm")
