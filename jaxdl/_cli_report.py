@@ -63,7 +63,7 @@ def write_outputs(results, config, out):
         acc_ax.plot(epochs, [e["test_accuracy"] for e in run["epochs"]], style + "o", label=name)
     steps_ax.set(xlabel="step", ylabel="training loss", yscale="log",
                  title=f"{config['model']} on {config['data']}")
-    acc_ax.set(xlabel="epoch", ylabel="test accuracy (%)")
+    acc_ax.set(xlabel="epoch", ylabel="test accuracy (%)", xticks=epochs)
     for ax in (steps_ax, acc_ax):
         ax.legend()
         ax.grid(alpha=0.3)

@@ -68,8 +68,14 @@ def main(argv=None) -> int:
         parser.error("--compare-torch needs PyTorch: pip install 'jaxdl[torch]'")
     from jaxdl import models
 
-    if args.compare_torch and models.model_entry(args.model).torch_twin is None:
-        parser.error(f"--compare-torch: model '{args.model}' has no registered PyTorch twin")
+    if args.compare_torch:
+        import torch
+
+        if models.model_entry(args.model).torch_twin is None:
+            parser.error(f"--compare-torch: model '{args.model}' has no registered PyTorch twin")
+        optimizer = _optimizers()[args.optimizer].__name__
+        if not hasattr(torch.optim, optimizer):
+            parser.error(f"--compare-torch: torch.optim has no {optimizer}")
     out = pathlib.Path(args.out or f"runs/{args.model}-{args.data}")
     out.mkdir(parents=True, exist_ok=True)
     results = _train(args)
