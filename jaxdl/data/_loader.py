@@ -13,6 +13,7 @@ prefetching the next epoch) and is rebuilt only when the position jumps
 import atexit
 import collections
 import math
+import signal
 import weakref
 
 import jax
@@ -263,7 +264,8 @@ class DataLoader:
         if self.num_workers:
             _mark_absl_flags_parsed()
             ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.num_workers, per_worker_buffer_size=max(self.prefetch, 1)))
+                num_workers=self.num_workers, per_worker_buffer_size=max(self.prefetch, 1)),
+                worker_init_fn=_ignore_sigint)
         self._pipeline, self._pipeline_next = iter(ds), start
         if not _open_loaders:
             atexit.unregister(_close_open_loaders)
@@ -295,6 +297,12 @@ class DataLoader:
         return (f"DataLoader(batch_size={self.batch_size}, shuffle={self.shuffle}, "
                 f"drop_last={self.drop_last}, num_workers={self.num_workers}, "
                 f"shard {self.shard_index}/{self.num_shards})")
+
+
+def _ignore_sigint(worker_index, worker_count):
+    # Ctrl-C reaches the whole process group: the main process stops the workers (closing
+    # the pipeline), so workers must not die mid-batch with their own KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _mark_absl_flags_parsed():
