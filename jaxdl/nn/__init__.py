@@ -17,6 +17,7 @@ from jaxdl.nn._activation import (
     Softplus,
     Tanh,
 )
+from jaxdl.nn._attention import MultiheadAttention
 from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
 from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from jaxdl.nn._dropout import Dropout, Dropout2d
@@ -68,4 +69,4 @@ __all__ += [  # the layer library (issue 3)
     "KLDivLoss", "LayerNorm", "LeakyReLU", "LocalResponseNorm", "MaxPool1d", "MaxPool2d", "Mish",
     "RMSNorm", "ReLU6", "SiLU", "SmoothL1Loss", "Softplus", "SyncBatchNorm", "Unflatten",
 ]
-__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell"]
+__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "MultiheadAttention", "RNN", "RNNCell"]
