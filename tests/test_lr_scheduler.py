@@ -176,5 +176,5 @@ def test_bad_arguments():
     one = sched.OneCycleLR(opt, max_lr=0.1, total_steps=3, cycle_momentum=False)
     for _ in range(3):
         one.step()
-    with pytest.raises(ValueError, match="Tried to step 5 times"):
+    with pytest.raises(ValueError, match="Tried to step 4 times"):
         one.step()
