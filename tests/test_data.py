@@ -94,6 +94,16 @@ def test_drop_last_drops_only_the_short_batch():
     assert sum(batches, []) == reference.tolist()
 
 
+def test_only_the_newest_iterator_runs():
+    loader = data.DataLoader(index_dataset(12), batch_size=2)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    assert np.asarray(next(second)[1]).tolist() == [0, 1]  # a new epoch from its start
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(first)
+
+
 def test_set_epoch_selects_that_epochs_order():
     loader = data.DataLoader(index_dataset(30), batch_size=7, shuffle=True, seed=3)
     loader.set_epoch(5)
@@ -226,6 +236,9 @@ def test_prefetch_onto_a_sharding_and_a_device():
     x, y = next(iter(loader))
     assert x.sharding == sharding and y.sharding == sharding
     np.testing.assert_array_equal(np.asarray(y), np.arange(16))
+    short_last = data.DataLoader(index_dataset(20), batch_size=16, sharding=sharding)
+    with pytest.raises(ValueError, match=r"batch of shape \(4, 2\) does not split.*drop_last"):
+        list(short_last)
     device = jax.devices()[3]
     x, _ = next(iter(data.DataLoader(index_dataset(8), batch_size=4, device=device)))
     assert x.devices() == {device}

@@ -203,6 +203,7 @@ class DataLoader:
         completed = False
         try:
             while True:
+                self._check_current(generation)
                 # Stay within the epoch: the pipeline then sits at the next epoch's start.
                 while remaining and len(ahead) < max(self.prefetch, 1):
                     ahead.append(self._to_device(next(pipeline)))
@@ -211,7 +212,6 @@ class DataLoader:
                 if not ahead:
                     completed = True
                     return
-                self._check_current(generation)
                 self._batch += 1
                 yield ahead.popleft()
         finally:
@@ -276,7 +276,12 @@ class DataLoader:
     def _to_device(self, batch):
         if self.sharding is not None:
             def put(a):
-                return jax.make_array_from_process_local_data(self.sharding, a)
+                try:
+                    return jax.make_array_from_process_local_data(self.sharding, a)
+                except ValueError as e:
+                    raise ValueError(
+                        f"DataLoader: a batch of shape {a.shape} does not split over the "
+                        f"sharding; use drop_last=True or a batch_size it divides ({e})") from e
         else:
             def put(a):
                 return jax.device_put(a, self.device)
