@@ -55,6 +55,12 @@ from jaxdl.nn._pool import (
 )
 from jaxdl.nn._rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from jaxdl.nn._shape import Flatten, Unflatten
+from jaxdl.nn._transformer import (
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "Buffer", "CrossEntropyLoss", "Dropout", "Identity", "L1Loss", "Linear", "LogSoftmax",
@@ -69,4 +75,8 @@ __all__ += [  # the layer library (issue 3)
     "KLDivLoss", "LayerNorm", "LeakyReLU", "LocalResponseNorm", "MaxPool1d", "MaxPool2d", "Mish",
     "RMSNorm", "ReLU6", "SiLU", "SmoothL1Loss", "Softplus", "SyncBatchNorm", "Unflatten",
 ]
-__all__ += ["GRU", "GRUCell", "LSTM", "LSTMCell", "MultiheadAttention", "RNN", "RNNCell"]
+__all__ += [  # recurrent and attention layers
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "MultiheadAttention", "RNN", "RNNCell",
+    "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+    "TransformerEncoderLayer",
+]
