@@ -125,8 +125,13 @@ def _train(args):
     model = entry.build()
     opt = _optimizers()[args.optimizer](model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
-    autocast = ((lambda: dl.amp.autocast(dtype=jnp.bfloat16)) if args.amp
-                else contextlib.nullcontext)
+    autocast = contextlib.nullcontext
+    if args.amp:
+        from jaxdl import amp
+
+        def autocast():
+            return amp.autocast(dtype=jnp.bfloat16)
+
 
     @dl.jit
     def train_step(model, opt, x, y):

@@ -10,6 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxdl import amp
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn.init import bias_uniform, default_weight
@@ -67,6 +68,7 @@ def _spatial_dims(n):
 
 
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
+    input, weight, bias = amp.lower(input, weight, bias)
     stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
     unbatched = input.ndim == n + 1
     x = input[None] if unbatched else input
@@ -100,6 +102,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, groups, dilation):
     """The gradient of a convolution: dilate the input by `stride`, convolve with the flipped,
     transposed kernel, padding each side by dilation * (k - 1) - padding (+ output_padding)."""
+    input, weight, bias = amp.lower(input, weight, bias)
     stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
     padding = _tuple(padding, n, "padding")
     output_padding = _tuple(output_padding, n, "output_padding")

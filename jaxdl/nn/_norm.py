@@ -11,6 +11,7 @@ thread out of the traced step like any other module state.
 import jax
 import jax.numpy as jnp
 
+from jaxdl import amp
 from jaxdl._module import Module, Parameter
 
 
@@ -59,6 +60,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                momentum=0.1, eps=1e-5):
     """PyTorch's F.batch_norm output. Arrays are immutable: the running statistics are NOT
     updated here (use nn.BatchNorm*d, which writes them back as module state)."""
+    input = amp.full(input)
     if training or running_mean is None:
         mean, var, _ = _batch_stats(input)
     else:
@@ -75,6 +77,7 @@ def _last_axes_norm(input, normalized_shape, eps, center: bool):
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    input = amp.full(input)
     shape = tuple(normalized_shape)
     y = _last_axes_norm(input, shape, eps, center=True)
     return _affine(y, weight, bias, shape).astype(input.dtype)
@@ -82,12 +85,14 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """y = x / sqrt(mean(x^2) + eps) * weight; eps=None means finfo(input.dtype).eps."""
+    input = amp.full(input)
     eps = jnp.finfo(input.dtype).eps if eps is None else eps
     y = _last_axes_norm(input, tuple(normalized_shape), eps, center=False)
     return (y if weight is None else y * weight).astype(input.dtype)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    input = amp.full(input)
     n, c = input.shape[:2]
     if c % num_groups:
         raise ValueError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
@@ -99,6 +104,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
                   use_input_stats=True, momentum=0.1, eps=1e-5):
     """Per-sample, per-channel normalisation over the spatial axes."""
+    input = amp.full(input)
     if not use_input_stats:
         return _normalize_channels(input, running_mean, running_var, weight, bias, eps)
     n_spatial = input.ndim - 2

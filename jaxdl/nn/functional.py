@@ -9,6 +9,7 @@ Differences from PyTorch, by necessity:
 import jax
 import jax.numpy as jnp
 
+from jaxdl import amp
 from jaxdl._random import next_key
 
 # The layer families define their functional forms next to their modules; re-exported here.
@@ -47,12 +48,14 @@ from jaxdl.nn._resample import interpolate  # noqa: F401
 
 def linear(input, weight, bias=None):
     """y = x W^T + b, W of shape (out_features, in_features)."""
+    input, weight, bias = amp.lower(input, weight, bias)
     out = jnp.matmul(input, weight.T)
     return out if bias is None else out + bias
 
 
 def bilinear(input1, input2, weight, bias=None):
     """y_o = x1^T W_o x2 + b_o, W of shape (out_features, in1_features, in2_features)."""
+    input1, input2, weight, bias = amp.lower(input1, input2, weight, bias)
     out = jnp.einsum("...i,oij,...j->...o", input1, weight, input2)
     return out if bias is None else out + bias
 
@@ -150,11 +153,13 @@ def _softmax_dim(input, dim):
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    input = amp.full(input)
     x = input if dtype is None else input.astype(dtype)
     return jax.nn.softmax(x, axis=_softmax_dim(input, dim))
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    input = amp.full(input)
     x = input if dtype is None else input.astype(dtype)
     return jax.nn.log_softmax(x, axis=_softmax_dim(input, dim))
 
@@ -213,10 +218,12 @@ def _reduce(loss, reduction):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    input, target = amp.full(input, target)
     return _reduce(jnp.square(input - target), reduction)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    input, target = amp.full(input, target)
     return _reduce(jnp.abs(input - target), reduction)
 
 
@@ -228,6 +235,7 @@ def _class_last(x):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
              reduce=None, reduction: str = "mean"):
     """Negative log-likelihood of class indices; `input` holds log-probabilities."""
+    input = amp.full(input)
     logp = _class_last(input)
     num_classes = logp.shape[-1]
     target = jnp.asarray(target)
@@ -250,6 +258,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
                   reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """PyTorch's cross_entropy: class indices or class probabilities as targets."""
+    input, target = amp.full(input, target)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     target = jnp.asarray(target)
@@ -297,6 +306,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta=0)."""
+    input, target = amp.full(input, target)
     d = jnp.abs(input - target)
     if beta == 0.0:
         return _reduce(d, reduction)
@@ -306,6 +316,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
                weight=None):
     """0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)."""
+    input, target = amp.full(input, target)
     if weight is not None:
         raise NotImplementedError("F.huber_loss(weight=...)")
     d = jnp.abs(input - target)
@@ -316,6 +327,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as in PyTorch."""
+    input, target = amp.full(input, target)
     log_x = jnp.maximum(jnp.log(input), -100.0)
     log_1mx = jnp.maximum(jnp.log1p(-input), -100.0)
     loss = -(target * log_x + (1 - target) * log_1mx)
@@ -325,6 +337,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None):
     """BCE on logits, stable form; pos_weight scales the positive term (per class)."""
+    input, target = amp.full(input, target)
     log_sig_neg = jax.nn.log_sigmoid(-input)  # log(1 - sigmoid(x))
     log_sig = jax.nn.log_sigmoid(input)
     pos = target * log_sig * (1.0 if pos_weight is None else pos_weight)
@@ -339,6 +352,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     reduction='batchmean' divides the sum by the batch size (the true KL
     divergence); 'mean' averages over every element, as PyTorch does.
     """
+    input, target = amp.full(input, target)
     if log_target:
         loss = jnp.exp(target) * (target - input)
     else:
