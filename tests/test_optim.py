@@ -262,3 +262,30 @@ def test_unknown_and_invalid_options_are_named():
         optim.RMSprop(model.parameters(), weight_decay=-1)
     with pytest.raises(ValueError, match="rho"):
         optim.Adadelta(model.parameters(), rho=2.0)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.05, 100.0])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    model, twin = make_pair()
+    x, y = batches()[0]
+    grads = dl.grad(mse)(model, x, y, 1.0)
+    torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
+    clipped, total = nn.utils.clip_grad_norm_(grads, max_norm, norm_type)
+    want = torch.nn.utils.clip_grad_norm_(twin.parameters(), max_norm, norm_type)
+    np.testing.assert_allclose(float(total), float(want), rtol=1e-5)
+    for (name, p) in twin.named_parameters():
+        np.testing.assert_allclose(np.asarray(clipped[name]), p.grad.numpy(), rtol=1e-5, atol=1e-7)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    opt.step(clipped)  # the clipped dict still routes to the parameters
+
+
+def test_parameters_to_vector_and_back():
+    model, twin = make_pair()
+    vec = nn.utils.parameters_to_vector(model.parameters())
+    np.testing.assert_array_equal(
+        np.asarray(vec), torch.nn.utils.parameters_to_vector(twin.parameters()).detach().numpy())
+    nn.utils.vector_to_parameters(vec * 2, model.parameters())
+    np.testing.assert_array_equal(np.asarray(model[2].bias), 2 * twin[2].bias.detach().numpy())
+    with pytest.raises(ValueError, match="expected a vector of 163 elements"):
+        nn.utils.vector_to_parameters(vec[:5], model.parameters())
