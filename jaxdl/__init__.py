@@ -1,20 +1,26 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
-from jaxdl import data, nn, ops, optim
+from jaxdl import amp, data, distributed, interop, nn, ops, optim
+from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
 from jaxdl._transforms import checkpoint, grad, jit, value_and_grad, vmap
 
 __all__ = [
+    "amp",
     "checkpoint",
     "data",
+    "distributed",
     "grad",
+    "interop",
     "jit",
+    "load",
     "manual_seed",
     "nn",
     "no_grad",
     "ops",
     "optim",
+    "save",
     "value_and_grad",
     "vmap",
 ]

@@ -32,6 +32,7 @@ class Store:
         self.values: list = []
         self.kinds: list[str] = []
         self.trainable: list[bool] = []
+        self.shardings: dict[int, jax.sharding.Sharding] = {}  # slots placed by fully_shard
         self.owners = weakref.WeakSet()
         self.version = next(_versions)
         self.merged_into: Store | None = None
@@ -75,10 +76,11 @@ class Store:
         self.values.extend(other.values)
         self.kinds.extend(other.kinds)
         self.trainable.extend(other.trainable)
+        self.shardings.update({i + offset: s for i, s in other.shardings.items()})
         for owner in list(other.owners):
             owner._rebase(self, offset)
             self.owners.add(owner)
-        other.values, other.kinds, other.trainable = [], [], []
+        other.values, other.kinds, other.trainable, other.shardings = [], [], [], {}
         other.merged_into = self
         self.bump()
 

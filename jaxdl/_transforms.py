@@ -37,10 +37,31 @@ def _run_threaded(fn, stores, values):
         previous = _swap_in(stores, values)
         try:
             out = fn()
-            return out, [store.values for store in stores]
+            return out, [_constrain(store) for store in stores]
         finally:
             for store, vals in zip(stores, previous):
                 store.values = vals
+
+
+def _constrain(store) -> list:
+    """The store's values, with slots placed by `fully_shard` kept on their sharding."""
+    values = store.values
+    if store.shardings:
+        values = list(values)
+        for index, sharding in store.shardings.items():
+            values[index] = jax.lax.with_sharding_constraint(values[index], sharding)
+    return values
+
+
+# Enclosing data-parallel steps, innermost last, as (axis name, gradient reducer):
+# gradients taken inside are averaged over the axis, as DistributedDataParallel
+# does in backward.
+_data_axes: list[tuple] = []
+
+
+def data_axis() -> str | None:
+    """Name of the data-parallel axis the current trace runs under, if any."""
+    return _data_axes[-1][0] if _data_axes else None
 
 
 def _retrying(call, stores: list):
@@ -57,7 +78,7 @@ def _retrying(call, stores: list):
 
 def _commit(stores, values):
     for store, vals in zip(stores, values):
-        store.values = list(vals)
+        store.values = vals if isinstance(vals, list) else list(vals)
 
 
 _STATIC_TYPES = (str, bool, type(None), type, functools.partial)
@@ -99,9 +120,9 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
         self._closure_stores: list = []  # stores discovered read through closures
         self.trace_count = 0
 
-    def __new__(cls, fn=None, **options):
-        if fn is None:
-            return lambda f: cls(f, **options)
+    def __new__(cls, fn=None, *args, **options):
+        if fn is None:  # @dl.jit(donate=False) form
+            return lambda f: cls(f, *args, **options)
         return super().__new__(cls)
 
     def __get__(self, instance, owner):
@@ -145,9 +166,14 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
             self._cache[key] = compiled
             if len(self._cache) > self._MAX_CACHE:
                 self._cache.popitem(last=False)
+        dynamic, dyn_kwargs = self._prepare(stores, dynamic, dyn_kwargs)
         out, values = compiled([store.values for store in stores], dynamic, dyn_kwargs)
         _commit(stores, values)
         return out
+
+    def _prepare(self, stores, dynamic, dyn_kwargs):
+        """Hook for subclasses to check or place the arguments of each call."""
+        return dynamic, dyn_kwargs
 
     def _compile(self, stores, args, kwargs, dynamic, dyn_kwargs):
         fixed_args = [None if d is not None else a for a, d in zip(args, dynamic)]
@@ -160,7 +186,11 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
                 lambda: self.fn(*call_args, **fixed_kwargs, **dyn_kw), stores, store_values
             )
 
-        return jax.jit(pure, donate_argnums=(0,) if self.donate else ())
+        return jax.jit(self._wrap(pure, dynamic, dyn_kwargs), donate_argnums=(0,) if self.donate else ())
+
+    def _wrap(self, pure, dynamic, dyn_kwargs):
+        """Hook for subclasses to map the pure step over devices before compiling."""
+        return pure
 
 
 def _grad_targets(args, argnums):
@@ -211,6 +241,8 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
                 return value, (aux, after)
 
             (value, (aux, after)), grads = jax.value_and_grad(inner, has_aux=True)(targets)
+            if _data_axes:
+                grads = jax.tree.map(_data_axes[-1][1], grads)
             # Keep mutations of buffers and key streams, but the parameters themselves
             # are unchanged by a forward pass: restore the original arrays.
             for store, vals in zip(stores, after):

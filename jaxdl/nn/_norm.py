@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from jaxdl import amp
 from jaxdl._module import Module, Parameter
+from jaxdl._transforms import data_axis
 
 
 def _f32(x):
@@ -160,12 +161,15 @@ class _BatchNorm(Module):
     def _check(self, input):
         self._check_input(input, self._ranks, 1, self.num_features)
 
+    def _stats_axis(self):
+        return self.axis_name
+
     def forward(self, input):
         self._check(input)
         if not (self.training or self.running_mean is None):
             return _normalize_channels(input, self.running_mean, self.running_var, self.weight,
                                        self.bias, self.eps)
-        mean, var, count = _batch_stats(input, self.axis_name)
+        mean, var, count = _batch_stats(input, self._stats_axis())
         if isinstance(count, int) and count <= 1 and self.training:
             raise self._input_error("more than 1 value per channel when training, input shape",
                                     "", tuple(input.shape))
@@ -196,11 +200,12 @@ class BatchNorm2d(_BatchNorm):
 class SyncBatchNorm(_BatchNorm):
     """BatchNorm over (N, C, *) whose statistics can span devices.
 
-    Set `axis_name` (constructor argument or attribute) to the mapped axis of
-    a `shard_map`/`pmap` step: mean and mean-of-squares are then `pmean`-ed
-    over it, so every device normalises with the global batch statistics, as
-    torch's SyncBatchNorm does across processes. With `axis_name=None`
-    (default, and outside any mapped step) it is exactly BatchNorm.
+    Inside `dl.distributed.data_parallel` the statistics are `pmean`-ed over
+    the data axis, so every device normalises with the global batch
+    statistics, as torch's SyncBatchNorm does across processes. In a
+    hand-written `shard_map`/`pmap` step, set `axis_name` (constructor
+    argument or attribute) to the mapped axis. Outside any mapped step it is
+    exactly BatchNorm.
     """
 
     _ranks = tuple(range(2, 33))
@@ -212,6 +217,9 @@ class SyncBatchNorm(_BatchNorm):
         if process_group is not None:
             raise NotImplementedError("SyncBatchNorm(process_group=...): use axis_name")
         self.axis_name = axis_name
+
+    def _stats_axis(self):
+        return self.axis_name or data_axis()
 
 
 class InstanceNorm2d(Module):
