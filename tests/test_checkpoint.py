@@ -1,0 +1,151 @@
+"""dl.save / dl.load: exact resume, all-or-nothing loads, atomic saves, clear errors."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdl as dl
+from jaxdl import nn, optim
+from jaxdl._checkpoint import CheckpointError
+
+
+def build(seed):
+    dl.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
+    opt = optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=60)
+    scaler = dl.amp.GradScaler(init_scale=2.0**8, growth_interval=4)
+    return {"model": model, "opt": opt, "scheduler": scheduler, "scaler": scaler}
+
+
+@dl.jit
+def train_step(model, opt, scheduler, scaler, x, y):
+    def loss_fn(m):
+        return jnp.mean((m(x) - y) ** 2)
+    loss, grads = dl.value_and_grad(lambda m: scaler.scale(loss_fn(m)))(model)
+    scaler.step(opt, grads)
+    scaler.update()
+    scheduler.step()
+    return loss / scaler.get_scale()
+
+
+def data(step):
+    rng = np.random.default_rng(step)
+    return rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((16, 3)).astype(np.float32)
+
+
+def run(objects, steps):
+    return [np.asarray(train_step(**objects, x=data(s)[0], y=data(s)[1])) for s in steps]
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    uninterrupted = build(0)
+    reference = run(uninterrupted, range(40))
+
+    first = build(0)
+    run(first, range(20))
+    dl.save({**first, "step": 20, "note": "halfway"}, tmp_path / "ckpt")
+    resumed = build(123)  # different weights and key streams until loaded
+    restored = dl.load(tmp_path / "ckpt", target={**resumed, "step": 0, "note": ""})
+    assert restored["step"] == 20 and restored["note"] == "halfway"
+    assert restored["model"] is resumed["model"]
+    continued = run(resumed, range(20, 40))
+    for a, b in zip(continued, reference[20:]):
+        assert a.tobytes() == b.tobytes()  # same losses, bit for bit (dropout keys included)
+    for name, value in uninterrupted["model"].state_dict().items():
+        np.testing.assert_array_equal(np.asarray(resumed["model"].state_dict()[name]), value)
+
+
+def test_load_without_target_returns_plain_values(tmp_path):
+    objects = build(0)
+    tree = {"model": objects["model"], "arrays": [np.arange(3), jnp.ones((2, 2))], "lr": 0.5,
+            "nested": {"k": None, 3: (1, "x")}}
+    dl.save(tree, tmp_path / "c")
+    out = dl.load(tmp_path / "c")
+    assert set(out["model"]) == set(objects["model"].state_dict())
+    np.testing.assert_array_equal(out["arrays"][0], np.arange(3))
+    assert out["lr"] == 0.5 and out["nested"] == {"k": None, 3: (1, "x")}
+    dl.save({"only": "python"}, tmp_path / "c")  # a second save replaces the first
+    assert dl.load(tmp_path / "c") == {"only": "python"}
+    assert sorted(os.listdir(tmp_path / "c")) == ["LATEST", "ckpt-1"]
+
+
+def test_load_into_other_structure_lists_mismatches_and_changes_nothing(tmp_path):
+    objects = build(0)
+    run(objects, range(3))
+    dl.save(objects, tmp_path / "c")
+    dl.manual_seed(5)
+    other = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    target = {**build(1), "model": other}
+    target["opt"] = optim.AdamW(other.parameters(), lr=1e-2)
+    before = {k: np.asarray(v) for k, v in other.state_dict().items()}
+    scale_before = target["scaler"].get_scale()
+    with pytest.raises(CheckpointError) as err:
+        dl.load(tmp_path / "c", target=target)
+    message = str(err.value)
+    assert "model.0.weight: expected shape (16, 8), got (32, 8)" in message
+    assert "exp_avg" in message
+    for k, v in other.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), before[k])
+    assert target["scaler"].get_scale() == scale_before  # the fitting parts were not loaded either
+    with pytest.raises(CheckpointError, match="missing keys \\['extra'\\]"):
+        dl.load(tmp_path / "c", target={**build(0), "extra": 1})
+
+
+def test_bad_paths_and_corruption_give_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="no jaxdl checkpoint"):
+        dl.load(tmp_path / "nothing")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="refusing"):
+        dl.save({"a": 1}, tmp_path / "user")
+    dl.save(build(0), tmp_path / "c")
+    latest = (tmp_path / "c" / "LATEST").read_text()
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "c" / latest) for f in fs]
+    for f in files:  # truncate every data file to half its size
+        with open(f, "r+b") as handle:
+            handle.truncate(os.path.getsize(f) // 2)
+    with pytest.raises(CheckpointError, match="corrupt or incomplete"):
+        dl.load(tmp_path / "c")
+
+
+KILLED_SAVER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import jaxdl as dl
+    path = sys.argv[1]
+    for version in range(1, 1000):
+        tree = {"version": version, "w": np.full((2000, 2000), version, np.float32),
+                "v": np.full((1000, 1000), version, np.float32)}
+        print("start", version, flush=True)
+        dl.save(tree, path)
+        print("done", version, flush=True)
+""")
+
+
+def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path):
+    path = str(tmp_path / "c")
+    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVER, path], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        while not any(line.startswith("start 3") for line in lines):
+            lines.append(child.stdout.readline())
+            assert lines[-1], "saver exited early"
+        time.sleep(0.05)  # inside the third save
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    done = [int(line.split()[1]) for line in lines if line.startswith("done")]
+    assert done == [1, 2]
+    out = dl.load(path)
+    assert out["version"] in (2, 3)  # the last complete save (3 only if it finished first)
+    assert np.all(out["w"] == out["version"]) and np.all(out["v"] == out["version"])
