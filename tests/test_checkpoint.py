@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 
 import jax.numpy as jnp
 import numpy as np
@@ -149,3 +150,72 @@ def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path):
     out = dl.load(path)
     assert out["version"] in (2, 3)  # the last complete save (3 only if it finished first)
     assert np.all(out["w"] == out["version"]) and np.all(out["v"] == out["version"])
+
+
+# ---- .pth files written by torch ---------------------------------------------------------------
+
+def _torch_files(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    base = torch.randn(4, 6)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.BatchNorm1d(4))
+    state = net.state_dict()  # float32 weights, int64 num_batches_tracked, _metadata
+    state.update({
+        "half": torch.randn(3, 5).half(), "bf16": torch.randn(2, 7).bfloat16(),
+        "long": torch.arange(10), "bool": torch.tensor([True, False]),
+        "transposed": base.t(), "strided": base[1:, ::2], "shared": base, "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 3),
+    })
+    path = tmp_path / "weights.pth"
+    torch.save(state, path)
+    return path, state
+
+
+def test_pth_files_load_with_identical_values(tmp_path):
+    import torch
+
+    path, state = _torch_files(tmp_path)
+    loaded = dl.interop.load_torch_state_dict(path)
+    assert list(loaded) == list(state)
+    for key, value in state.items():
+        want = value.float().numpy() if value.dtype == torch.bfloat16 else value.numpy()
+        got = loaded[key]
+        assert got.shape == tuple(value.shape), key
+        assert str(got.dtype) == str(value.dtype).removeprefix("torch.").replace("long", "int64") \
+            .replace("half", "float16"), key
+        np.testing.assert_array_equal(np.asarray(got, want.dtype), want, err_msg=key)
+    dl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 4))
+    model.load_state_dict({k: loaded[k] for k in ("0.weight", "0.bias")})
+    np.testing.assert_array_equal(np.asarray(model[0].weight), state["0.weight"].numpy())
+
+
+def test_pth_refuses_code_and_reports_corruption(tmp_path):
+    import torch
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo hacked",))
+
+    evil = tmp_path / "evil.pth"
+    torch.save({"w": torch.ones(2), "x": Evil()}, evil)
+    with pytest.raises(ValueError, match="refusing to load global 'posix.system'"):
+        dl.interop.load_torch_state_dict(evil)
+    path, _ = _torch_files(tmp_path)
+    data = path.read_bytes()
+    truncated = tmp_path / "truncated.pth"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a torch zip archive"):
+        dl.interop.load_torch_state_dict(truncated)
+    short = tmp_path / "short_storage.pth"  # a valid zip whose first storage lost its tail
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(short, "w") as dst:
+        for name in src.namelist():
+            blob = src.read(name)
+            dst.writestr(name, blob[:8] if name.endswith("/data/0") else blob)
+    with pytest.raises(ValueError, match="truncated"):
+        dl.interop.load_torch_state_dict(short)
+    legacy = tmp_path / "legacy.pth"
+    torch.save({"w": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
+    with pytest.raises(ValueError, match="_use_new_zipfile_serialization=False"):
+        dl.interop.load_torch_state_dict(legacy)
