@@ -104,11 +104,15 @@ _softmax_rows = _make_normalized("softmax", "softmax_bwd")
 _log_softmax_rows = _make_normalized("log_softmax", "log_softmax_bwd")
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))
+def _on_rows(rows_op, x, axis, backend):
+    rows, lead = _to_rows(x, axis)
+    return _from_rows(rows_op(backend, rows), lead, axis)
+
+
 def _rowwise(rows_op, op_name, x, axis, impl):
     x = _check_float(x, op_name)
-    axis = _normalize_axis(axis, x.ndim, op_name)
-    rows, lead = _to_rows(x, axis)
-    return _from_rows(rows_op(resolve(impl), rows), lead, axis)
+    return _on_rows(rows_op, x, _normalize_axis(axis, x.ndim, op_name), resolve(impl))
 
 
 def softmax(x, axis=-1, *, impl="auto"):
@@ -151,9 +155,13 @@ _logsumexp_rows.defvjp(_logsumexp_fwd, _logsumexp_bwd)
 def logsumexp(x, axis=-1, *, impl="auto"):
     """log(sum(exp(x))) along `axis` (removed from the shape), in x's dtype."""
     x = _check_float(x, "logsumexp")
-    axis = _normalize_axis(axis, x.ndim, "logsumexp")
+    return _logsumexp(x, _normalize_axis(axis, x.ndim, "logsumexp"), resolve(impl))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _logsumexp(x, axis, backend):
     rows, lead = _to_rows(x, axis)
-    return _logsumexp_rows(resolve(impl), rows).astype(x.dtype).reshape(lead)
+    return _logsumexp_rows(backend, rows).astype(x.dtype).reshape(lead)
 
 
 # ---- softmax + top-k ------------------------------------------------------------------------
@@ -199,8 +207,13 @@ def softmax_topk(x, k, axis=-1, *, impl="auto"):
             f"ops.softmax_topk: k must be an int with 1 <= k <= n (the length of axis {axis}), "
             f"got k={k!r}, n={n} for x of shape {tuple(x.shape)}"
         )
+    return _softmax_topk(x, int(k), axis, resolve(impl))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _softmax_topk(x, k, axis, backend):
     rows, lead = _to_rows(x, axis)
-    values, indices = _softmax_topk_rows(resolve(impl), rows, int(k))
+    values, indices = _softmax_topk_rows(backend, rows, k)
     return _from_rows(values, lead, axis), _from_rows(indices, lead, axis)
 
 
@@ -274,11 +287,17 @@ def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, reduct
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"ops.cross_entropy: label_smoothing must be in [0, 1], got "
                          f"{label_smoothing}")
+    return _cross_entropy(logits, labels, int(ignore_index), float(label_smoothing), reduction,
+                          axis, resolve(impl))
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
+def _cross_entropy(logits, labels, ignore_index, label_smoothing, reduction, axis, backend):
     rows, lead = _to_rows(logits, axis)
     labels = labels.reshape(-1)
     valid = labels != ignore_index
     safe = jnp.where(valid, labels, 0).astype(jnp.int32)
-    loss = jnp.where(valid, _ce_rows(resolve(impl), rows, safe, float(label_smoothing)), 0.0)
+    loss = jnp.where(valid, _ce_rows(backend, rows, safe, label_smoothing), 0.0)
     if reduction == "none":
         return loss.reshape(lead)
     if reduction == "sum":

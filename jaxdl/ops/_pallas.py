@@ -39,9 +39,9 @@ def _md_update(m, d, x):
     return m_new, d * jnp.exp(m - shift) + _rowsum(jnp.exp(x - shift))
 
 
-def _pick(row_values, slot, j, fill):
-    """The entry of each row at column j (a (br, 1) value) of a small (br, K) array."""
-    return jnp.max(jnp.where(slot == j, row_values, fill), axis=1, keepdims=True)
+def _pick(row_values, slot, j):
+    """The entry at column j of each row of a small (br, K) float array, as (br, 1)."""
+    return jnp.max(jnp.where(slot == j, row_values, NEG_INF), axis=1, keepdims=True)
 
 
 def _pick_min(row_values, slot, j):
@@ -161,7 +161,7 @@ def _topk_update(k, carry, tiles, cols, valid, scalars):
         tile_v = jnp.max(jnp.where(available, x, NEG_INF), axis=1, keepdims=True)
         tile_i = jnp.min(jnp.where(available & (x == tile_v), free_cols, BIG_INDEX), axis=1,
                          keepdims=True)
-        run_v = _pick(top_v, slot, ptr, NEG_INF)
+        run_v = _pick(top_v, slot, ptr)
         run_i = _pick_min(top_i, slot, ptr)
         from_tile = (tile_v > run_v) | ((tile_v == run_v) & (tile_i < run_i))
         new_v = jnp.where(slot == j, jnp.where(from_tile, tile_v, run_v), new_v)
@@ -207,7 +207,7 @@ def _topk_bwd_emit(k_width, t, cols, valid, s, c):
     slot = lax.broadcasted_iota(jnp.int32, indices.shape, 1)
     for j in range(k_width):
         dx = dx + jnp.where(cols == _pick_min(indices, slot, j),
-                            _pick(weights, slot, j, 0.0), 0.0)
+                            _pick(weights, slot, j), 0.0)
     return (dx,)
 
 
