@@ -178,3 +178,31 @@ def test_bad_arguments():
         one.step()
     with pytest.raises(ValueError, match="Tried to step 4 times"):
         one.step()
+
+
+def test_one_cycle_turns_on_momentum_of_sgd_built_without_it():
+    """torch's SGD starts using momentum once OneCycleLR sets it; so must ours."""
+    model, opt, _ = make_optimizers("SGD", {})
+    twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    twin.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()})
+    topt = torch.optim.SGD([{"params": twin[0].parameters()},
+                            {"params": twin[1].parameters(), "lr": 0.05}], lr=0.1)
+    ours, theirs = sched.OneCycleLR(opt, max_lr=0.1, total_steps=30), \
+        tsched.OneCycleLR(topt, max_lr=0.1, total_steps=30)
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+
+    @dl.jit
+    def train_step(model, opt, scheduler):
+        grads = dl.grad(lambda m: (m(x) ** 2).mean())(model)
+        opt.step(grads)
+        scheduler.step()
+
+    for _ in range(20):
+        train_step(model, opt, ours)
+        topt.zero_grad()
+        (twin(torch.tensor(x)) ** 2).mean().backward()
+        topt.step()
+        theirs.step()
+    for name, value in twin.state_dict().items():
+        np.testing.assert_allclose(np.asarray(model.state_dict()[name]), value.numpy(), rtol=1e-5,
+                                   atol=1e-6)

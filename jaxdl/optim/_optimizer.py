@@ -90,6 +90,7 @@ class ParamGroup(MutableMapping):
         if name not in self._static:
             raise KeyError(f"{type(self._optimizer).__name__} has no option {name!r}")
         self._add_slot(name, self._static.pop(name))
+        self._optimizer._extend_state(self)
 
     def _rebase(self, offset):
         self.slots = [i + offset for i in self.slots]
@@ -242,6 +243,15 @@ class Optimizer(Stateful):
         for group in self.param_groups:
             group._rebase(offset)
         self._state = {i + offset: {k: j + offset for k, j in s.items()} for i, s in self._state.items()}
+
+    def _extend_state(self, group: ParamGroup):
+        """Add state a now-dynamic option may need (a momentum buffer that momentum=0 skipped)."""
+        options = group.options()
+        for index in group.slots:
+            fresh = self._init_state(self._store.values[index], options)
+            for key, value in fresh.items():
+                if key not in self._state[index]:
+                    self._state[index][key] = self._store.add(value, STATE)
 
     def _validate(self, options: dict):
         """Raise ValueError naming any invalid option value (subclasses extend)."""
