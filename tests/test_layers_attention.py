@@ -318,3 +318,18 @@ def test_transformer_bad_inputs():
         nn.TransformerEncoderLayer(8, 2, activation="swish")
     with pytest.raises(TypeError, match="jaxdl Transformer layer"):
         nn.TransformerEncoder(nn.Linear(8, 8), 2)
+
+
+def test_attention_under_autocast_runs_matmuls_in_bfloat16(rng):
+    q, k, v = (jnp.asarray(rand(rng, 2, 2, 5, 8)) for _ in range(3))
+    reference = F.scaled_dot_product_attention(q, k, v)
+    with dl.amp.autocast(dtype=jnp.bfloat16):
+        low = F.scaled_dot_product_attention(q, k, v)
+    assert low.dtype == jnp.bfloat16 and reference.dtype == jnp.float32
+    assert_close(low.astype(jnp.float32), reference, "bf16 attention", tol=3e-2)
+    mha = nn.MultiheadAttention(8, 2)
+    x = q[0]
+    with dl.amp.autocast(dtype=jnp.bfloat16):
+        out, weights = mha(x, x, x)
+    assert out.dtype == jnp.bfloat16 and weights.dtype == jnp.float32  # softmax in float32
+    assert_close(out.astype(jnp.float32), mha(x, x, x)[0], "bf16 MHA", tol=3e-2)

@@ -384,6 +384,7 @@ def _attend(query, key, value, bias, dropout_p, dropout_key, scale, zero_masked_
     scaled_dot_product_attention) instead of NaN (its explicit MultiheadAttention path); the
     scores of such rows are zeroed first so that no NaN reaches the gradient either.
     """
+    query, key, value = amp.lower(query, key, value)  # autocast: matmuls low, softmax float32
     scores = jnp.matmul(query * scale, jnp.swapaxes(key, -1, -2))
     if bias is not None:
         scores = scores + bias
@@ -394,7 +395,7 @@ def _attend(query, key, value, bias, dropout_p, dropout_key, scale, zero_masked_
         weights = softmax(scores, dim=-1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, True, key=_fresh_key(dropout_key, query, "dropout"))
-    return jnp.matmul(weights, value), weights
+    return jnp.matmul(weights.astype(value.dtype), value), weights
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
