@@ -219,3 +219,24 @@ def test_pth_refuses_code_and_reports_corruption(tmp_path):
     torch.save({"w": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
     with pytest.raises(ValueError, match="_use_new_zipfile_serialization=False"):
         dl.interop.load_torch_state_dict(legacy)
+
+
+def test_loader_iterator_state_is_saved_with_the_rest(tmp_path):
+    from jaxdl.data import DataLoader, TensorDataset
+
+    def loader():
+        data = TensorDataset(np.arange(40, dtype=np.float32).reshape(20, 2))
+        return DataLoader(data, batch_size=4, shuffle=True, seed=7)
+
+    first = loader()
+    batches = iter(first)
+    next(batches)
+    next(batches)
+    dl.save({"loader": first, "step": 2}, tmp_path / "c")  # mid-epoch
+    expected = [np.asarray(b[0]) for b in batches]  # the rest of this epoch
+    second = loader()
+    dl.load(tmp_path / "c", target={"loader": second, "step": 0})
+    got = [np.asarray(b[0]) for b in second]
+    assert len(got) == len(expected) == 3
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
