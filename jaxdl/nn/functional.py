@@ -9,7 +9,7 @@ Differences from PyTorch, by necessity:
 import jax
 import jax.numpy as jnp
 
-from jaxdl import amp
+from jaxdl import amp, ops
 from jaxdl._random import next_key
 
 # The layer families define their functional forms next to their modules; re-exported here.
@@ -152,15 +152,26 @@ def _softmax_dim(input, dim):
     return dim
 
 
+_OPS_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)  # what jaxdl.ops computes (in float32)
+
+
+def _ops_supports(x):
+    return x.ndim > 0 and x.dtype in _OPS_DTYPES
+
+
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     input = amp.full(input)
     x = input if dtype is None else input.astype(dtype)
+    if _ops_supports(x):  # the online-normalizer kernels (Pallas on GPU, XLA elsewhere)
+        return ops.softmax(x, axis=_softmax_dim(input, dim))
     return jax.nn.softmax(x, axis=_softmax_dim(input, dim))
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     input = amp.full(input)
     x = input if dtype is None else input.astype(dtype)
+    if _ops_supports(x):
+        return ops.log_softmax(x, axis=_softmax_dim(input, dim))
     return jax.nn.log_softmax(x, axis=_softmax_dim(input, dim))
 
 
@@ -262,6 +273,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     target = jnp.asarray(target)
+    indices_shape = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
+    if (weight is None and _ops_supports(input) and jnp.issubdtype(target.dtype, jnp.integer)
+            and target.shape == indices_shape and reduction in _REDUCTIONS):
+        # class indices without weights: one online pass, no (N, C) log-softmax written
+        return ops.cross_entropy(input, target, ignore_index, label_smoothing, reduction,
+                                 axis=0 if input.ndim == 1 else 1)
     logp = log_softmax(input.astype(jnp.promote_types(input.dtype, jnp.float32)),
                        dim=0 if input.ndim == 1 else 1)
     num_classes = logp.shape[0 if input.ndim == 1 else 1]

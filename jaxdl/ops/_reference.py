@@ -23,8 +23,10 @@ def _normalizer(x):
 
 
 def softmax(x):
-    m, d = _normalizer(x)
-    return (jnp.exp(x.astype(F32) - m) / d).astype(x.dtype)
+    # one exp per element, shared by the sum and the quotient (XLA fuses both)
+    x32 = x.astype(F32)
+    e = jnp.exp(x32 - _online.safe_shift(jnp.max(x32, axis=1, keepdims=True)))
+    return (e / jnp.sum(e, axis=1, keepdims=True)).astype(x.dtype)
 
 
 def log_softmax(x):
