@@ -53,33 +53,40 @@ def logsumexp_bwd(x, lse, g):
     return (g[:, None] * jnp.exp(x.astype(F32) - lse[:, None])).astype(x.dtype)
 
 
-def _top_logits(x, k):
-    """lax.top_k(x, k), searching only the k chunks with the largest maxima.
-
-    Every element of the top k lies in one of those chunks (a chunk ranked below k
-    others is beaten by each of their maxima), and gathering the chunks in index
-    order keeps lax.top_k's lowest-index-first order among ties.
-    """
+def _chunked(x):
+    """x as (rows, chunks, TOPK_CHUNK), padded with -inf."""
     n_rows, n = x.shape
     n_chunks = -(-n // TOPK_CHUNK)
-    if n_chunks < 4 * k:
-        return lax.top_k(x, k)
     pad = n_chunks * TOPK_CHUNK - n
     if pad:
         x = jnp.pad(x, ((0, 0), (0, pad)), constant_values=-jnp.inf)
-    chunks = x.reshape(n_rows, n_chunks, TOPK_CHUNK)
-    _, best = lax.top_k(jnp.max(chunks, axis=2), k)
+    return x.reshape(n_rows, n_chunks, TOPK_CHUNK)
+
+
+def softmax_topk(x, k):
+    """Top-k logits, their indices and the float32 log-sum-exp per row.
+
+    lax.top_k over whole rows costs more than the softmax itself on CPU, so the search
+    is narrowed to the k chunks with the largest maxima: every element of the top k
+    lies in one of them (a chunk ranked below k others is beaten by each of their
+    maxima), and gathering them in index order keeps lax.top_k's lowest-index-first
+    order among ties. The chunk maxima also give the row max for the log-sum-exp.
+    """
+    x = x.astype(F32)
+    n_rows, n = x.shape
+    if -(-n // TOPK_CHUNK) < 4 * k:
+        values, indices = lax.top_k(x, k)
+        return values, indices, logsumexp(x)
+    chunks = _chunked(x)
+    chunk_max = jnp.max(chunks, axis=2)
+    m = jnp.max(chunk_max, axis=1, keepdims=True)
+    d = jnp.sum(jnp.exp(x - _online.safe_shift(m)), axis=1, keepdims=True)
+    _, best = lax.top_k(chunk_max, k)
     best = jnp.sort(best, axis=1)
     candidates = jnp.take_along_axis(chunks, best[:, :, None], axis=1).reshape(n_rows, -1)
     values, pos = lax.top_k(candidates, k)
     chunk = jnp.take_along_axis(best, pos // TOPK_CHUNK, axis=1)
-    return values, chunk * TOPK_CHUNK + pos % TOPK_CHUNK
-
-
-def softmax_topk(x, k):
-    """Top-k logits, their indices and the float32 log-sum-exp per row."""
-    values, indices = _top_logits(x.astype(F32), k)
-    return values, indices, logsumexp(x)
+    return values, chunk * TOPK_CHUNK + pos % TOPK_CHUNK, _online.lse(m[:, 0], d[:, 0])
 
 
 def softmax_topk_bwd(x, lse, values, indices, g):
