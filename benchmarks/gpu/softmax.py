@@ -123,7 +123,7 @@ def _timings(rng, batches, vocab, reps):
     }
     records = []
     for batch in batches:
-        for n in vocab:
+        for n in [n for n in vocab if batch * n < 2**31]:  # larger ones run XLA
             x = jnp.asarray(rng.normal(size=(batch, n)), jnp.float32)
             y = jnp.asarray(rng.integers(0, n, size=batch), jnp.int32)
             row = dict(batch=batch, V=n)

@@ -34,7 +34,8 @@ class Backend:
     blocks: Blocks | None = None
 
     def __call__(self, fn_name, *args):
-        if self.name == "xla":
+        # Triton computes element offsets in int32: arrays of 2^31 elements or more take XLA
+        if self.name == "xla" or args[0].size >= 2**31:
             return getattr(_reference, fn_name)(*args)
         return getattr(_pallas, fn_name)(*args, blocks=self.blocks, interpret=self.interpret)
 
