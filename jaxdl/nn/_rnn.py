@@ -191,6 +191,9 @@ class RNNBase(Module):
             final = [f[:, 0] for f in final]
         return output, (tuple(final) if self.mode == "LSTM" else final[0])
 
+    def flatten_parameters(self):
+        """No-op kept for ported code (cuDNN weight packing has no meaning here)."""
+
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
         if self.num_layers != 1:
