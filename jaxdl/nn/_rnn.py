@@ -21,6 +21,7 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
 # ---- one time step, given the input projection xp = x W_ih^T + b_ih --------------------------
+# The state is a tuple: (h,) for RNN and GRU, (h, c) for LSTM.
 
 
 def _hidden_proj(h, w_hh, b_hh):
@@ -29,8 +30,8 @@ def _hidden_proj(h, w_hh, b_hh):
 
 
 def _rnn_step(activation):
-    def step(xp, h, w_hh, b_hh):
-        return activation(xp + _hidden_proj(h, w_hh, b_hh))
+    def step(xp, state, w_hh, b_hh):
+        return (activation(xp + _hidden_proj(state[0], w_hh, b_hh)),)
 
     return step
 
@@ -42,13 +43,14 @@ def _lstm_step(xp, state, w_hh, b_hh):
     return jax.nn.sigmoid(o) * jnp.tanh(c), c
 
 
-def _gru_step(xp, h, w_hh, b_hh):
+def _gru_step(xp, state, w_hh, b_hh):
+    (h,) = state
     x_r, x_z, x_n = jnp.split(xp, 3, axis=-1)
     h_r, h_z, h_n = jnp.split(_hidden_proj(h, w_hh, b_hh), 3, axis=-1)
     r = jax.nn.sigmoid(x_r + h_r)
     z = jax.nn.sigmoid(x_z + h_z)
     n = jnp.tanh(x_n + r * h_n)
-    return (1 - z) * n + z * h
+    return ((1 - z) * n + z * h,)
 
 
 _STEPS = {
@@ -57,11 +59,6 @@ _STEPS = {
     "LSTM": _lstm_step,
     "GRU": _gru_step,
 }
-
-
-def _output_of(mode, carry):
-    """The hidden state h of a step's carry (LSTM carries (h, c))."""
-    return carry[0] if mode == "LSTM" else carry
 
 
 def _uniform_init(keys, shape, hidden_size, dtype):
@@ -136,7 +133,7 @@ class RNNBase(Module):
         return tuple(getattr(self, f"{n}_l{layer}{suffix}") for n in names)
 
     def _initial_state(self, hx, batch, batched, dtype):
-        """(layers*directions, N, H) zeros or the checked user state, as a tuple of 1 or 2."""
+        """(layers*directions, N, H) zeros or the checked user state: (h_0,) or (h_0, c_0)."""
         expected = (self.num_layers * self._directions, batch, self.hidden_size)
         count = 2 if self.mode == "LSTM" else 1
         if hx is None:
@@ -161,7 +158,7 @@ class RNNBase(Module):
 
         def body(carry, xp):
             carry = step(xp, carry, w_hh, b_hh)
-            return carry, _output_of(self.mode, carry)
+            return carry, carry[0]
 
         return jax.lax.scan(body, carry, projected, reverse=direction == 1)
 
@@ -177,9 +174,9 @@ class RNNBase(Module):
             outputs = []
             for direction in range(self._directions):
                 index = layer * self._directions + direction
-                carry = tuple(s[index] for s in states) if self.mode == "LSTM" else states[0][index]
-                carry, ys = self._run_direction(xs, carry, layer, direction)
-                finals.append(carry if self.mode == "LSTM" else (carry,))
+                carry, ys = self._run_direction(xs, tuple(s[index] for s in states), layer,
+                                                direction)
+                finals.append(carry)
                 outputs.append(ys)
             xs = jnp.concatenate(outputs, axis=-1) if len(outputs) > 1 else outputs[0]
             if self.training and self.dropout > 0 and layer < self.num_layers - 1:
@@ -294,10 +291,8 @@ class RNNCellBase(Module):
                     raise self._input_error("hidden state of shape",
                                             want if batched else want[1:], tuple(state.shape))
             states = states if batched else tuple(s[None] for s in states)
-        carry = states if self.mode == "LSTM" else states[0]
         xp = F.linear(x, self.weight_ih, self.bias_ih)
-        carry = _STEPS[self.mode](xp, carry, self.weight_hh, self.bias_hh)
-        carry = carry if self.mode == "LSTM" else (carry,)
+        carry = _STEPS[self.mode](xp, states, self.weight_hh, self.bias_hh)
         carry = carry if batched else tuple(c[0] for c in carry)
         return carry if self.mode == "LSTM" else carry[0]
 
