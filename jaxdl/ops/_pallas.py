@@ -73,7 +73,7 @@ def _merge_md(stats):
     return m[:, None], d[:, None]
 
 
-def _blocks(x, blocks, max_cols=4096):
+def _blocks(x, blocks, max_cols=8192):
     return blocks or choose_blocks(*x.shape, max_cols=max_cols)
 
 

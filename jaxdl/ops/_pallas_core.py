@@ -68,8 +68,13 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def choose_blocks(n_rows: int, n_cols: int, max_cols: int = 4096) -> Blocks:
-    """GPU heuristic: tiles of <= 4096 elements; split long rows when row blocks are few."""
+def choose_blocks(n_rows: int, n_cols: int, max_cols: int = 8192) -> Blocks:
+    """GPU heuristic (untuned: no GPU measured yet).
+
+    Rows up to `max_cols` fit one tile, so softmax reads x once; several short rows
+    share a program (tiles of >= 2048 elements); long rows are split across programs
+    when there are too few row blocks to fill the GPU.
+    """
     bc = min(_pow2(n_cols), max_cols)
     br = max(1, min(_pow2(n_rows), 2048 // bc))
     row_blocks = -(-n_rows // br)
@@ -79,7 +84,8 @@ def choose_blocks(n_rows: int, n_cols: int, max_cols: int = 4096) -> Blocks:
         splits = min(tiles, -(-512 // row_blocks))
         per = -(-tiles // splits)
         splits = -(-tiles // per)
-    return Blocks(br, bc, splits, 8 if br * bc >= 4096 else 4)
+    tile = br * bc
+    return Blocks(br, bc, splits, 16 if tile >= 8192 else 8 if tile >= 4096 else 4)
 
 
 def _scalar_width(arr) -> int:
