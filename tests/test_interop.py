@@ -177,3 +177,65 @@ def test_unsupported_modules_raise_naming_path_and_type():
         dl.interop.from_torch(tnn.LSTM(3, 4, proj_size=2))
     with pytest.raises(TypeError, match="torch.nn.Module"):
         dl.interop.from_torch(nn.Linear(2, 2))
+
+
+def _layer_zoo():
+    """(torch module, input shapes or arrays) for every convertible layer family."""
+    x4 = (2, 4, 6, 6)
+    return [
+        (tnn.Conv1d(4, 6, 3, stride=2, padding="valid", dilation=1), [(2, 4, 9)]),
+        (tnn.Conv3d(2, 3, 2, groups=1, padding_mode="zeros"), [(1, 2, 4, 4, 4)]),
+        (tnn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1), [x4]),
+        (tnn.ConvTranspose1d(4, 2, 3, stride=2), [(2, 4, 5)]),
+        (tnn.MaxPool1d(3, stride=2, ceil_mode=True), [(2, 4, 9)]),
+        (tnn.AvgPool1d(3, count_include_pad=False, padding=1), [(2, 4, 9)]),
+        (tnn.AvgPool2d(3, stride=2, padding=1, divisor_override=4), [x4]),
+        (tnn.AdaptiveAvgPool1d(4), [(2, 4, 9)]),
+        (tnn.AdaptiveAvgPool2d((3, 2)), [x4]),
+        (tnn.AdaptiveMaxPool2d(3), [x4]),
+        (tnn.LocalResponseNorm(3, alpha=1e-3), [x4]),
+        (tnn.BatchNorm1d(4, momentum=None), [(3, 4)]),
+        (tnn.GroupNorm(2, 4, eps=1e-3), [x4]),
+        (tnn.RMSNorm([6, 6]), [x4]),
+        (tnn.InstanceNorm2d(4, affine=True), [x4]),
+        (tnn.LayerNorm(6, elementwise_affine=False), [x4]),
+        (tnn.Dropout2d(0.5), [x4]),
+        (tnn.Unflatten(1, (2, 2)), [x4]),
+        (tnn.Sequential(tnn.ReLU6(), tnn.ELU(0.5), tnn.SiLU(), tnn.Mish(), tnn.Hardswish(),
+                        tnn.Softplus(beta=2.0), tnn.Tanh(), tnn.Sigmoid()), [x4]),
+        (tnn.Softmax(dim=1), [x4]),
+        (tnn.LogSoftmax(dim=-1), [x4]),
+        (tnn.Identity(), [x4]),
+        (tnn.Embedding(10, 3, padding_idx=2), [np.array([[1, 2, 9]])]),
+        (tnn.EmbeddingBag(10, 3, mode="max"), [np.array([[1, 2, 9], [0, 0, 3]])]),
+        (tnn.LSTMCell(4, 3), [(2, 4)]),
+        (tnn.RNNCell(4, 3, nonlinearity="relu"), [(2, 4)]),
+    ]
+
+
+def test_from_torch_layer_zoo(rng):
+    torch.manual_seed(0)
+    for t, shapes in _layer_zoo():
+        t.eval()
+        j = dl.interop.from_torch(t)
+        assert type(j).__name__ == type(t).__name__
+        assert list(j.state_dict()) == list(t.state_dict()), type(t).__name__
+        inputs = tuple(s if isinstance(s, np.ndarray) else rand(rng, *s) for s in shapes)
+        report = dl.interop.compare(t, j, inputs, jit=False)
+        assert report.rows and report.ok, f"{type(t).__name__}\n{report}"
+
+
+@pytest.mark.parametrize("loss, target", [
+    (lambda: tnn.CrossEntropyLoss(weight=torch.rand(5), label_smoothing=0.1, ignore_index=1),
+     lambda rng: rng.integers(0, 5, (4,))),
+    (lambda: tnn.BCEWithLogitsLoss(pos_weight=torch.rand(5)),
+     lambda rng: rng.random((4, 5)).astype(np.float32)),
+    (lambda: tnn.HuberLoss(delta=0.5, reduction="sum"), lambda rng: rand(rng, 4, 5)),
+    (lambda: tnn.KLDivLoss(reduction="batchmean", log_target=True), lambda rng: rand(rng, 4, 5)),
+])
+def test_from_torch_losses(loss, target, rng):
+    torch.manual_seed(0)
+    t = loss()
+    j = dl.interop.from_torch(t)
+    report = dl.interop.compare(t, j, (rand(rng, 4, 5), target(rng)), jit=False)
+    assert len(report.rows) == 1 and report.ok, str(report)
