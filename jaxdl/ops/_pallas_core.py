@@ -88,17 +88,13 @@ def choose_blocks(n_rows: int, n_cols: int, max_cols: int = 8192) -> Blocks:
     return Blocks(br, bc, splits, 16 if tile >= 8192 else 8 if tile >= 4096 else 4)
 
 
-def _scalar_width(arr) -> int:
-    return _pow2(arr.shape[1])
-
-
-def _load_rows(ref, r0, br, n_rows, width, fill):
+def _load_rows(ref, r0, br, n_rows, width):
     """Load a (br, width) block of per-row scalars, width padded to a power of two."""
     w = _pow2(width)
     rows = r0 + lax.broadcasted_iota(jnp.int32, (br, w), 0)
     cols = lax.broadcasted_iota(jnp.int32, (br, w), 1)
     mask = (rows < n_rows) & (cols < width)
-    return plgpu.load(ref.at[pl.ds(r0, br), pl.ds(0, w)], mask=mask, other=fill)
+    return plgpu.load(ref.at[pl.ds(r0, br), pl.ds(0, w)], mask=mask, other=0)
 
 
 def _store_rows(ref, r0, c0, val, n_rows):
@@ -128,7 +124,7 @@ def _kernel(*refs, spec, n_rows, n_cols, br, bc, n_in, n_scalars, scalar_widths,
     i = pl.program_id(0)
     r0 = i * br
     scalars = tuple(
-        _load_rows(ref, r0, br, n_rows, w, 0) for ref, w in zip(scalar_refs, scalar_widths)
+        _load_rows(ref, r0, br, n_rows, w) for ref, w in zip(scalar_refs, scalar_widths)
     )
 
     def tile_at(t):
