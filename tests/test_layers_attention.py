@@ -205,8 +205,11 @@ def test_mha_bad_inputs_name_module():
     model = nn.ModuleDict({"attn": nn.MultiheadAttention(8, 2, batch_first=True)})
     attn = model["attn"]
     x = jnp.zeros((2, 4, 8))
-    with pytest.raises(ValueError, match=r"attn \(MultiheadAttention\).*size 8.*\(2, 4, 7\)"):
+    with pytest.raises(ValueError, match=r"attn \(MultiheadAttention\).*size 8.*\(2, 4, 7\)"
+                                         r".*argument query"):
         attn(jnp.zeros((2, 4, 7)), x, x)
+    with pytest.raises(ValueError, match=r"rank 3-d.*\(4, 8\).*argument value"):
+        attn(x, x, jnp.zeros((4, 8)))
     with pytest.raises(ValueError, match=r"attn \(MultiheadAttention\).*attn_mask of shape "
                                          r"\(4, 4\) or \(4, 4, 4\), got \(4, 5\)"):
         attn(x, x, x, attn_mask=jnp.zeros((4, 5), bool))

@@ -9,6 +9,14 @@ from jaxdl.nn import init
 from jaxdl.nn._linear import Linear
 
 
+def check_argument(module, x, name, ndims, size):
+    """`module._check_input` on the argument `name`, which the error then names."""
+    try:
+        module._check_input(x, ndims, -1, size)
+    except ShapeError as err:
+        raise ShapeError(f"{err} (argument {name})") from None
+
+
 class MultiheadAttention(Module):
     """Multi-head attention, `torch.nn.MultiheadAttention`'s arguments and state_dict keys.
 
@@ -73,9 +81,9 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
-        self._check_input(query, (2, 3), -1, self.embed_dim)
-        self._check_input(key, (query.ndim,), -1, self.kdim)
-        self._check_input(value, (query.ndim,), -1, self.vdim)
+        check_argument(self, query, "query", (2, 3), self.embed_dim)
+        check_argument(self, key, "key", (query.ndim,), self.kdim)
+        check_argument(self, value, "value", (query.ndim,), self.vdim)
         if self.batch_first and query.ndim == 3:
             query, key, value = (jnp.swapaxes(x, 0, 1) for x in (query, key, value))
         dropout_key = self._next_key() if self.training and self.dropout > 0 else None

@@ -3,7 +3,7 @@
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
-from jaxdl.nn._attention import MultiheadAttention
+from jaxdl.nn._attention import MultiheadAttention, check_argument
 from jaxdl.nn._container import ModuleList
 from jaxdl.nn._dropout import Dropout
 from jaxdl.nn._linear import Linear
@@ -50,12 +50,6 @@ class _TransformerLayer(Module):
             setattr(self, f"dropout{i}", Dropout(dropout, key=keys()))
         self.activation = _activation(activation)
 
-    def _check(self, x, what):
-        try:
-            self._check_input(x, (2, 3), -1, self.d_model)
-        except ValueError as err:
-            raise type(err)(f"{err} (argument {what})") from None
-
     def _attention_block(self, attention, x, memory, mask, padding_mask, is_causal, dropout):
         out = attention(x, memory, memory, attn_mask=mask, key_padding_mask=padding_mask,
                         need_weights=False, is_causal=is_causal)[0]
@@ -87,7 +81,7 @@ class TransformerEncoderLayer(_TransformerLayer):
                     batch_first, norm_first, bias, dtype, key, ("self_attn",), 2)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
-        self._check(src, "src")
+        check_argument(self, src, "src", (2, 3), self.d_model)
         x = src
 
         def self_attention(x):
@@ -115,8 +109,8 @@ class TransformerDecoderLayer(_TransformerLayer):
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal: bool = False,
                 memory_is_causal: bool = False):
-        self._check(tgt, "tgt")
-        self._check(memory, "memory")
+        check_argument(self, tgt, "tgt", (2, 3), self.d_model)
+        check_argument(self, memory, "memory", (2, 3), self.d_model)
         x = tgt
 
         def self_attention(x):
