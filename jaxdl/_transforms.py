@@ -85,6 +85,8 @@ _STATIC_TYPES = (str, bool, type(None), type, functools.partial)
 
 
 def _is_static(value) -> bool:
+    if isinstance(value, tuple | frozenset):  # e.g. a tuple of names: static if nothing in it is numeric
+        return all(_is_static(v) for v in value)
     return isinstance(value, _STATIC_TYPES) or callable(value) and not isinstance(value, jax.Array)
 
 

@@ -108,6 +108,31 @@ def test_trajectory_matches_torch(name, options):
     assert_params_close(model, twin)
 
 
+@pytest.mark.parametrize("name", ["Adam", "NAdam", "RAdam", "Adagrad"])
+def test_parameters_skipping_steps_keep_their_own_step_counts(name):
+    """A parameter without a gradient in some steps is not stepped, as in torch (grad None)."""
+    model, twin = make_pair()
+    opt = getattr(optim, name)(model.parameters(), lr=1e-2)
+    topt = getattr(torch.optim, name)(twin.parameters(), lr=1e-2)
+    data = batches()
+    step = dl.jit(lambda m, o, x, y, keep: o.step(
+        {k: g for k, g in dl.grad(mse)(m, x, y, 1.0).items() if k in keep}))
+    for i in range(30):
+        x, y = data[i % len(data)]
+        keep = ("0.weight", "0.bias", "2.weight", "2.bias") if i % 3 else ("0.weight", "2.weight")
+        step(model, opt, x, y, tuple(keep))
+        topt.zero_grad()
+        torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
+        for name_, p in twin.named_parameters():
+            if name_ not in keep:
+                p.grad = None
+        topt.step()
+    assert_params_close(model, twin)
+    ours = opt.state_dict()["state"]
+    theirs = topt.state_dict()["state"]
+    assert [float(ours[i]["step"]) for i in range(4)] == [float(theirs[i]["step"]) for i in range(4)]
+
+
 def lion_reference(params, grads, exp_avgs, lr, b1, b2, wd):
     """The Lion paper's Algorithm 2 (decoupled weight decay), in torch."""
     for p, g, m in zip(params, grads, exp_avgs):

@@ -217,6 +217,12 @@ class Optimizer(Stateful):
         self.defaults = dict(defaults)
         self.param_groups: list[ParamGroup] = []
         self._state: dict[int, dict[str, int]] = {}
+        # Step counters: one int vector per group (torch keeps one per parameter; a vector
+        # of them is one array instead of many scalars, which XLA handles far faster).
+        self._steps: dict[int, int] = {}  # group index -> slot of its step vector
+        # Whether every counter of a group is known to be equal (the usual case: each step
+        # updates every parameter). Then one shared counter drives the whole group.
+        self._uniform: dict[int, bool] = {}
         seen = set()
         for group, refs in zip(groups, refs_per_group):
             unknown = set(group) - set(defaults) - {"params"}
@@ -234,15 +240,23 @@ class Optimizer(Stateful):
             self._validate(options)
             pg = ParamGroup(self, slots, options)
             self.param_groups.append(pg)
+            steps = []
             for index in slots:
                 state = self._init_state(self._store.values[index], options)
+                if "step" in state:
+                    steps.append(state.pop("step"))
                 self._state[index] = {k: self._store.add(v, STATE) for k, v in state.items()}
+            if steps:
+                group_index = len(self.param_groups) - 1
+                self._steps[group_index] = self._store.add(jnp.stack(steps), STATE)
+                self._uniform[group_index] = True
 
     def _rebase(self, store, offset):
         self._store = store
         for group in self.param_groups:
             group._rebase(offset)
         self._state = {i + offset: {k: j + offset for k, j in s.items()} for i, s in self._state.items()}
+        self._steps = {g: i + offset for g, i in self._steps.items()}
 
     def _extend_state(self, group: ParamGroup):
         """Add state a now-dynamic option may need (a momentum buffer that momentum=0 skipped)."""
@@ -250,7 +264,7 @@ class Optimizer(Stateful):
         for index in group.slots:
             fresh = self._init_state(self._store.values[index], options)
             for key, value in fresh.items():
-                if key not in self._state[index]:
+                if key != "step" and key not in self._state[index]:
                     self._state[index][key] = self._store.add(value, STATE)
 
     def _validate(self, options: dict):
@@ -291,9 +305,12 @@ class Optimizer(Stateful):
             raise NotImplementedError("step(closure) is not supported: pass the gradients")
         by_slot = self._grads_by_slot(grads)
         store = self._store
-        for group in self.param_groups:
+        for group_index, group in enumerate(self.param_groups):
             options = group.options()
-            for index in group.slots:
+            steps = store.read(self._steps[group_index]) if group_index in self._steps else None
+            uniform = self._uniform.get(group_index, False)
+            new_steps = {}
+            for position, index in enumerate(group.slots):
                 grad = by_slot.get(index)
                 if grad is None or not store.trainable[index]:
                     continue
@@ -305,10 +322,35 @@ class Optimizer(Stateful):
                     )
                 slots = self._state[index]
                 state = {k: store.read(i) for k, i in slots.items()}
+                if steps is not None:
+                    state["step"] = steps[0] if uniform else steps[position]
                 new_param, new_state = self._update(param, grad.astype(param.dtype), state, options)
                 store.write(index, new_param.astype(param.dtype))
                 for k, i in slots.items():
                     store.write(i, new_state[k].astype(state[k].dtype))
+                if steps is not None:
+                    new_steps[position] = new_state["step"]
+            if new_steps:
+                self._write_steps(group_index, steps, new_steps)
+
+    def _write_steps(self, group_index, steps, new_steps: dict):
+        """Store the group's new step counters (positions without a gradient keep theirs)."""
+        if self._uniform[group_index] and len(new_steps) == len(steps):
+            vector = jnp.broadcast_to(next(iter(new_steps.values())), steps.shape)
+        else:
+            vector = jnp.stack([new_steps.get(i, steps[i]) for i in range(len(steps))])
+            if self._uniform[group_index]:
+                # Counters now differ: later steps (and traces) use one counter per parameter.
+                self._uniform[group_index] = False
+                self._store.bump()
+        self._store.write(self._steps[group_index], vector.astype(steps.dtype))
+
+    def _param_state(self, group_index: int, position: int, index: int) -> dict:
+        """One parameter's state, by name, with its step counter (as torch keeps it)."""
+        state = {k: self._store.values[i] for k, i in self._state[index].items()}
+        if group_index in self._steps:
+            state["step"] = self._store.values[self._steps[group_index]][position]
+        return state
 
     # ---- state dict (PyTorch's format) ---------------------------------------------------------
     def _export_state(self, state: dict) -> dict | None:
@@ -325,12 +367,10 @@ class Optimizer(Stateful):
     def state_dict(self) -> dict:
         """{"state": {index: {name: array}}, "param_groups": [{option: value, "params": [index]}]}."""
         state, groups, index = {}, [], 0
-        for group in self.param_groups:
+        for group_index, group in enumerate(self.param_groups):
             indices = []
-            for slot in group.slots:
-                exported = self._export_state(
-                    {k: self._store.values[i] for k, i in self._state[slot].items()}
-                )
+            for position, slot in enumerate(group.slots):
+                exported = self._export_state(self._param_state(group_index, position, slot))
                 if exported is not None:
                     state[index] = exported
                 indices.append(index)
@@ -354,8 +394,20 @@ class Optimizer(Stateful):
             for key, value in options.items():
                 if key in group._dynamic or group._static.get(key, _MISSING) != value:
                     group[key] = value
-        for slot, value in writes["state"]:
-            self._store.write(slot, value)
+        for target, value in writes["state"]:
+            if isinstance(target, tuple):  # ("step", group, position)
+                continue
+            self._store.write(target, value)
+        for group_index, slot in self._steps.items():
+            vector = np.asarray(self._store.values[slot]).copy()
+            for target, value in writes["state"]:
+                if isinstance(target, tuple) and target[1] == group_index:
+                    vector[target[2]] = int(value)
+            self._store.write(slot, jnp.asarray(vector))
+            uniform = bool((vector == vector[0]).all())
+            if uniform != self._uniform[group_index]:
+                self._uniform[group_index] = uniform
+                self._store.bump()
 
     def _plan_load(self, state_dict):
         problems, options, state_writes = [], [], []
@@ -381,8 +433,8 @@ class Optimizer(Stateful):
             if "betas" in new_options:
                 new_options["betas"] = tuple(float(b) for b in new_options["betas"])
             options.append((group, new_options))
-            for saved_index, slot in zip(saved["params"], group.slots):
-                current = {k: self._store.values[i] for k, i in self._state[slot].items()}
+            for position, (saved_index, slot) in enumerate(zip(saved["params"], group.slots)):
+                current = self._param_state(g, position, slot)
                 entry = saved_state.get(saved_index, saved_state.get(str(saved_index)))
                 entry = None if entry is None else {k: to_numpy(v) for k, v in entry.items()}
                 fresh = self._init_state(self._store.values[slot], group.options())
@@ -406,9 +458,8 @@ class Optimizer(Stateful):
                             f", got {tuple(value.shape)}"
                         )
                         continue
-                    state_writes.append(
-                        (self._state[slot][name], jnp.asarray(value.astype(current[name].dtype)))
-                    )
+                    target = ("step", g, position) if name == "step" else self._state[slot][name]
+                    state_writes.append((target, jnp.asarray(value.astype(current[name].dtype))))
                 index += 1
         return {"options": options, "state": state_writes}, problems
 
