@@ -1,6 +1,6 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
-from jaxdl import amp, data, distributed, interop, nn, ops, optim
+from jaxdl import amp, data, distributed, interop, memory, nn, ops, optim
 from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
@@ -16,6 +16,7 @@ __all__ = [
     "jit",
     "load",
     "manual_seed",
+    "memory",
     "nn",
     "no_grad",
     "ops",

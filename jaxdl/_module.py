@@ -258,7 +258,10 @@ class Module(Stateful):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        out = self.forward(*args, **kwargs)
+        # `jaxdl.memory.offload` sets a per-instance call hook (tag the input, or run the
+        # root's forward under a `jax.checkpoint` policy); one dict lookup when unset.
+        hook = self.__dict__.get("_call_hook")
+        out = self.forward(*args, **kwargs) if hook is None else hook(self, args, kwargs)
         if _no_grad_depth:
             out = jax.tree.map(jax.lax.stop_gradient, out)
         return out

@@ -1,6 +1,7 @@
 """`jaxdl.models`: reference models, each registered by name (see `_registry.py`)."""
 
 from jaxdl.models._digits import cnn, mlp  # importing registers them
+from jaxdl.models._imagenet import alexnet, googlenet, overfeat, vgg11, vgg16, vgg19
 from jaxdl.models._registry import (
     ModelEntry,
     get_model,
@@ -9,5 +10,5 @@ from jaxdl.models._registry import (
     register_model,
 )
 
-__all__ = ["ModelEntry", "cnn", "get_model", "list_models", "mlp", "model_entry",
-           "register_model"]
+__all__ = ["ModelEntry", "alexnet", "cnn", "get_model", "googlenet", "list_models", "mlp",
+           "model_entry", "overfeat", "register_model", "vgg11", "vgg16", "vgg19"]

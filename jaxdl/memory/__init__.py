@@ -1,0 +1,8 @@
+"""`jaxdl.memory`: vDNN memory virtualisation (offload / remat policies, planner, report)."""
+
+from jaxdl.memory._planner import BudgetError, Candidate, Plan, plan
+from jaxdl.memory._policies import POLICIES, offload, plan_of, policy_of
+from jaxdl.memory._report import MemoryReport, report
+
+__all__ = ["POLICIES", "BudgetError", "Candidate", "MemoryReport", "Plan", "offload", "plan",
+           "plan_of", "policy_of", "report"]
