@@ -261,8 +261,13 @@ class Optimizer(Stateful):
     def _extend_state(self, group: ParamGroup):
         """Add state a now-dynamic option may need (a momentum buffer that momentum=0 skipped)."""
         options = group.options()
+        group_index = next(i for i, g in enumerate(self.param_groups) if g is group)
         for index in group.slots:
             fresh = self._init_state(self._store.values[index], options)
+            if "step" in fresh and group_index not in self._steps:
+                self._steps[group_index] = self._store.add(
+                    jnp.zeros((len(group.slots),), fresh["step"].dtype), STATE)
+                self._uniform[group_index] = True
             for key, value in fresh.items():
                 if key != "step" and key not in self._state[index]:
                     self._state[index][key] = self._store.add(value, STATE)

@@ -30,8 +30,8 @@ class SGD(Optimizer):
     def _init_state(self, param, o):
         if isinstance(o["momentum"], float | int) and o["momentum"] == 0:
             return {}
-        # `started` replaces PyTorch's "buffer is None" check on the first step.
-        return {"momentum_buffer": jnp.zeros_like(param), "started": jnp.zeros((), jnp.bool_)}
+        # A step count (step > 0) replaces PyTorch's "buffer is None" check on the first step.
+        return {"momentum_buffer": jnp.zeros_like(param), "step": jnp.zeros((), jnp.int32)}
 
     def _update(self, p, g, state, o):
         if o["maximize"]:
@@ -40,17 +40,18 @@ class SGD(Optimizer):
             g = g + o["weight_decay"] * p
         if "momentum_buffer" in state:
             m = o["momentum"]
-            buf = jnp.where(state["started"], m * state["momentum_buffer"] + (1 - o["dampening"]) * g, g)
-            state = {"momentum_buffer": buf, "started": jnp.ones((), jnp.bool_)}
+            started = state["step"] > 0
+            buf = jnp.where(started, m * state["momentum_buffer"] + (1 - o["dampening"]) * g, g)
+            state = {"momentum_buffer": buf, "step": state["step"] + 1}
             g = g + m * buf if o["nesterov"] else buf
         return p - o["lr"] * g, state
 
     def _export_state(self, state):
-        if "momentum_buffer" not in state or not bool(state["started"]):
+        if "momentum_buffer" not in state or int(state["step"]) == 0:
             return None
-        return {"momentum_buffer": state["momentum_buffer"]}
+        return {"momentum_buffer": state["momentum_buffer"]}  # torch's SGD keeps no step
 
     def _import_state(self, entry, fresh):
-        if entry is None or "started" not in fresh:
+        if entry is None or "step" not in fresh:
             return dict(fresh) if entry is None else dict(entry)
-        return {**entry, "started": jnp.ones((), jnp.bool_)}
+        return {**entry, "step": jnp.ones((), jnp.int32)}
