@@ -6,7 +6,8 @@ jaxpr. It also attributes each residual to a layer (the `checkpoint_name` tag on
 its value, else the innermost `jax.named_scope`, which `offload` sets to the
 layer path), tells host-offloaded residuals apart by their memory space, and
 separates activations (values that depend on the inputs) from values computed
-from parameters alone (e.g. a transposed weight).
+from parameters alone (e.g. a transposed weight) and from broadcast constants
+(not counted: XLA folds them into their users).
 """
 
 import dataclasses
@@ -40,7 +41,9 @@ class Residual:
     layer: str
     bytes: int
     on_host: bool
-    source: str  # "activation", "parameter-derived", "parameter", "input", "constant"
+    # "activation", "parameter-derived", "broadcast constant" (not counted: XLA folds it),
+    # "parameter", "input", "constant"
+    source: str
 
 
 @dataclasses.dataclass
@@ -171,7 +174,14 @@ def _trace(fn, args, stores) -> Traced:
         elif var not in producers:
             residuals.append(Residual("(constants)", size, host, "constant"))
         else:
-            source = "activation" if var in depends else "parameter-derived"
+            if var in depends:
+                source = "activation"
+            elif producers[var].primitive.name == "broadcast_in_dim":
+                # e.g. the zeros ReLU's derivative selects from: XLA folds such broadcasts of
+                # constants into their users instead of keeping activation-sized buffers.
+                source = "broadcast constant"
+            else:
+                source = "parameter-derived"
             residuals.append(Residual(_layer_of(var, producers), size, host, source))
     return Traced(residuals, closed, loss, abstract_args, stores, train_slots, other_slots,
                   workspace)
