@@ -24,7 +24,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jaxdl as dl  # noqa: E402
 from benchmarks._timing import RESULTS, machine, write_json  # noqa: E402
 from jaxdl import models, nn  # noqa: E402
-from jaxdl.memory._abstract import abstract_model  # noqa: E402
 
 POLICIES = ("none", "conv", "all", "remat")
 # name, input size, batch, builder kwargs
@@ -41,7 +40,7 @@ def _loss(model, x, y):
 
 
 def measure(name, size, batch, kwargs):
-    model = abstract_model(models.get_model, name, **kwargs)
+    model = dl.memory.abstract_model(models.get_model, name, **kwargs)
     x = jax.ShapeDtypeStruct((batch, 3, size, size), jnp.float32)
     y = jax.ShapeDtypeStruct((batch,), jnp.int32)
     rows = {}

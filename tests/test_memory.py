@@ -9,7 +9,6 @@ from torch_twin import assert_close, rand
 
 import jaxdl as dl
 from jaxdl import models, nn, optim
-from jaxdl.memory._abstract import abstract_model
 from jaxdl.memory._residuals import trace
 
 POLICIES = ("none", "conv", "all", "remat")
@@ -98,7 +97,7 @@ def test_reference_models_gradients_equal_under_every_policy(name, kwargs, size,
     float32 rounding differences between differently fused programs ~1e4-fold (the BN net
     above checks train mode)."""
     twin = models.model_entry(name).torch_twin(num_classes=5, dropout=0.0, **kwargs)
-    model = abstract_model(models.get_model, name, num_classes=5, dropout=0.0, **kwargs)
+    model = dl.memory.abstract_model(models.get_model, name, num_classes=5, dropout=0.0, **kwargs)
     model.load_state_dict(twin.state_dict())
     model.eval()
     x, y = jnp.asarray(rand(rng, 4, 3, size, size)), jnp.asarray(rng.integers(0, 5, 4))
@@ -134,7 +133,7 @@ def _conv_input_bytes(name, size, batch):
                                            ("googlenet", 224, 0.95)])
 def test_paper_networks_all_offloads_device_residuals(name, size, cut):
     """Batch 128 at the paper's input sizes, on abstract inputs (nothing runs)."""
-    model = abstract_model(models.get_model, name)
+    model = dl.memory.abstract_model(models.get_model, name)
     x, y = jax.ShapeDtypeStruct((128, 3, size, size), jnp.float32), \
         jax.ShapeDtypeStruct((128,), jnp.int32)
     reports = {p: dl.memory.report(_ce, dl.memory.offload(model, p), x, y, compiled=False)
@@ -153,7 +152,7 @@ def test_paper_networks_all_offloads_device_residuals(name, size, cut):
 
 
 def test_vgg16_batch_256_dyn_fits_12_gib():
-    model = abstract_model(models.vgg16)
+    model = dl.memory.abstract_model(models.vgg16)
     x = jax.ShapeDtypeStruct((256, 3, 224, 224), jnp.float32)
     budget = 12 * 2**30
     dl.memory.offload(model, "dyn", budget_bytes=budget, example_inputs=(x,))
@@ -168,7 +167,7 @@ def test_vgg16_batch_256_dyn_fits_12_gib():
 
 
 def test_budget_nothing_can_meet_names_minimum_and_what_dominates():
-    model = abstract_model(models.vgg16)
+    model = dl.memory.abstract_model(models.vgg16)
     x = jax.ShapeDtypeStruct((256, 3, 224, 224), jnp.float32)
     with pytest.raises(dl.memory.BudgetError,
                        match=r"minimum achievable is \d+ bytes .* dominated by largest layer"):
@@ -233,3 +232,14 @@ def test_digits_training_with_offload_gives_the_same_losses():
     assert losses["none"][-1] < losses["none"][0]
     for policy in ("all", "conv"):
         np.testing.assert_allclose(losses[policy], losses["none"], rtol=0, atol=1e-6)
+
+
+def test_report_bad_input_is_named():
+    model = _bn_convnet(nn)
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+    with pytest.raises(ValueError, match=r"must return a scalar loss, got \(2, 5\)"):
+        dl.memory.report(lambda m, x: m(x), model, x, compiled=False)
+    with pytest.raises(TypeError, match="must include the model"):
+        dl.memory.report(lambda x: x.sum(), x, compiled=False)
+    with pytest.raises(TypeError, match="expects an nn.Module, got function"):
+        dl.memory.offload(lambda x: x, "all")

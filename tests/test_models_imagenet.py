@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch_twin import check_twin, rand
 
+import jaxdl as dl
 from jaxdl import models
-from jaxdl.memory._abstract import abstract_model
 
 # Parameter counts torchvision publishes for its models (docs' "num_params"); OverFeat "fast"
 # has 145.9M (Sermanet et al. 2014 report ~145M).
@@ -30,21 +30,21 @@ SMALL = [
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))
 def test_parameter_counts_match_torchvision(name):
-    model = abstract_model(models.get_model, name)
+    model = dl.memory.abstract_model(models.get_model, name)
     count = sum(int(p.size) for _, p in model.named_parameters())
     assert count == TORCHVISION_PARAMS[name]
 
 
 def test_googlenet_aux_and_overfeat_sizes():
-    aux = abstract_model(models.googlenet, aux_logits=True)
+    aux = dl.memory.abstract_model(models.googlenet, aux_logits=True)
     assert sum(int(p.size) for _, p in aux.named_parameters()) == 13_004_888  # torchvision
-    overfeat = abstract_model(models.overfeat)
+    overfeat = dl.memory.abstract_model(models.overfeat)
     assert 145e6 < sum(int(p.size) for _, p in overfeat.named_parameters()) < 147e6
 
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg16", "googlenet"])
 def test_state_dict_names_are_torchvisions(name):
-    keys = list(abstract_model(models.get_model, name).state_dict())
+    keys = list(dl.memory.abstract_model(models.get_model, name).state_dict())
     expected = {
         "alexnet": ["features.0.weight", "features.3.weight", "features.10.bias",
                     "classifier.1.weight", "classifier.4.weight", "classifier.6.bias"],
@@ -65,7 +65,7 @@ def test_small_models_match_torch_twins(name, kwargs, size, batch, rng):
     torch.manual_seed(0)
     twin = models.model_entry(name).torch_twin(**kwargs)
     # Weights come from the twin (check_twin loads them): skip the slow eager initialisation.
-    model = abstract_model(models.get_model, name, **kwargs)
+    model = dl.memory.abstract_model(models.get_model, name, **kwargs)
     assert list(model.state_dict()) == list(twin.state_dict())
     out = check_twin(twin, model, [rand(rng, batch, 3, size, size)], modes=("train",), jit=True,
                      fwd_tol=1e-4, grad_tol=1e-3)
@@ -73,6 +73,6 @@ def test_small_models_match_torch_twins(name, kwargs, size, batch, rng):
 
 
 def test_bad_input_names_the_layer():
-    model = abstract_model(models.alexnet, width=0.125, num_classes=3)  # fails before any weight
+    model = dl.memory.abstract_model(models.alexnet, width=0.125, num_classes=3)  # fails before any weight
     with pytest.raises(ValueError, match=r"features\.0 \(Conv2d\).*size 3 on axis 1"):
         model(jnp.ones((1, 4, 64, 64)))
