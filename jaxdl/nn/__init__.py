@@ -1,7 +1,7 @@
 """`jaxdl.nn`: modules with PyTorch's names, arguments, layouts and initialisation."""
 
 from jaxdl._module import Buffer, Module, Parameter, ShapeError
-from jaxdl.nn import functional, init, utils
+from jaxdl.nn import functional, init, parallel, utils
 from jaxdl.nn._activation import (
     ELU,
     GELU,
