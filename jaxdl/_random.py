@@ -9,6 +9,7 @@ order (not wall-clock or device) decides every weight.
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _base_key = None
@@ -45,3 +46,29 @@ class KeyStream:
         if self._key is None:
             return next_key()
         return jax.random.fold_in(self._key, next(self._count))
+
+
+# Weight initialisation draws. Eager jax.random compiles one program per new shape
+# (~0.15 s each: 20 s to build GoogLeNet); numpy seeded from the key's bits draws
+# the same distribution at once. Under a trace (a key that is a tracer) jax.random
+# is used, so constructors stay traceable.
+def _numpy_generator(key):
+    if isinstance(key, jax.core.Tracer):
+        return None
+    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def uniform(key, shape, dtype, low: float, high: float):
+    """U(low, high) samples of `shape`, as a jax array of `dtype`."""
+    rng = _numpy_generator(key)
+    if rng is None:
+        return jax.random.uniform(key, shape, jnp.float32, low, high).astype(dtype)
+    return jnp.asarray(rng.uniform(low, high, shape).astype(np.float32), dtype)
+
+
+def normal(key, shape, dtype):
+    """Standard normal samples of `shape`, as a jax array of `dtype`."""
+    rng = _numpy_generator(key)
+    if rng is None:
+        return jax.random.normal(key, shape, jnp.float32).astype(dtype)
+    return jnp.asarray(rng.standard_normal(shape).astype(np.float32), dtype)

@@ -63,20 +63,15 @@ from jaxdl.nn._transformer import (
 )
 
 __all__ = [
-    "Buffer", "CrossEntropyLoss", "Dropout", "Identity", "L1Loss", "Linear", "LogSoftmax",
-    "MSELoss", "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU",
-    "Sequential", "ShapeError", "Sigmoid", "Softmax", "Tanh", "functional", "init",
-]
-__all__ += [  # the layer library (issue 3)
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d", "AvgPool2d",
-    "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "Bilinear", "Conv1d", "Conv2d",
-    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "Dropout2d", "ELU", "Embedding",
-    "EmbeddingBag", "Flatten", "GELU", "GroupNorm", "Hardswish", "HuberLoss", "InstanceNorm2d",
-    "KLDivLoss", "LayerNorm", "LeakyReLU", "LocalResponseNorm", "MaxPool1d", "MaxPool2d", "Mish",
-    "RMSNorm", "ReLU6", "SiLU", "SmoothL1Loss", "Softplus", "SyncBatchNorm", "Unflatten",
-]
-__all__ += [  # recurrent and attention layers
-    "GRU", "GRUCell", "LSTM", "LSTMCell", "MultiheadAttention", "RNN", "RNNCell",
-    "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-    "TransformerEncoderLayer",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d", "AvgPool2d", "BCELoss",
+    "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "Bilinear", "Buffer", "Conv1d", "Conv2d",
+    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "CrossEntropyLoss", "Dropout", "Dropout2d", "ELU",
+    "Embedding", "EmbeddingBag", "Flatten", "GELU", "GRU", "GRUCell", "GroupNorm", "Hardswish",
+    "HuberLoss", "Identity", "InstanceNorm2d", "KLDivLoss", "L1Loss", "LSTM", "LSTMCell", "LayerNorm",
+    "LeakyReLU", "Linear", "LocalResponseNorm", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d",
+    "Mish", "Module", "ModuleDict", "ModuleList", "MultiheadAttention", "NLLLoss", "Parameter",
+    "RMSNorm", "RNN", "RNNCell", "ReLU", "ReLU6", "Sequential", "ShapeError", "SiLU", "Sigmoid",
+    "SmoothL1Loss", "Softmax", "Softplus", "SyncBatchNorm", "Tanh", "TransformerDecoder",
+    "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
+    "functional", "init", "parallel", "utils",
 ]

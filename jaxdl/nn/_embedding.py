@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 
+from jaxdl import _random
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 
@@ -117,7 +118,7 @@ class Embedding(Module):
         self.padding_idx, self.max_norm = padding_idx, max_norm
         dtype = jnp.float32 if dtype is None else dtype
         if _weight is None:
-            weight = jax.random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
+            weight = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
             if padding_idx is not None:
                 weight = weight.at[padding_idx].set(0)
         else:
@@ -154,7 +155,7 @@ class EmbeddingBag(Module):
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
         dtype = jnp.float32 if dtype is None else dtype
         if _weight is None:
-            weight = jax.random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
+            weight = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
             if padding_idx is not None:
                 weight = weight.at[padding_idx].set(0)
         else:

@@ -2,9 +2,9 @@
 
 import math
 
-import jax
 import jax.numpy as jnp
 
+from jaxdl import _random
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
@@ -56,9 +56,9 @@ class Bilinear(Module):
         dtype = jnp.float32 if dtype is None else dtype
         bound = 1.0 / math.sqrt(in1_features)
         shape = (out_features, in1_features, in2_features)
-        self.weight = Parameter(jax.random.uniform(keys(), shape, dtype, -bound, bound))
+        self.weight = Parameter(_random.uniform(keys(), shape, dtype, -bound, bound))
         if bias:
-            self.bias = Parameter(jax.random.uniform(keys(), (out_features,), dtype, -bound, bound))
+            self.bias = Parameter(_random.uniform(keys(), (out_features,), dtype, -bound, bound))
         else:
             self.register_parameter("bias", None)
 

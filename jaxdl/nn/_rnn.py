@@ -13,6 +13,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 
+from jaxdl import _random
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
@@ -64,7 +65,7 @@ _STEPS = {
 def _uniform_init(keys, shape, hidden_size, dtype):
     """PyTorch's RNN init for every weight and bias: U(-1/sqrt(hidden), 1/sqrt(hidden))."""
     bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0.0
-    return Parameter(jax.random.uniform(keys(), shape, jnp.float32, -bound, bound).astype(dtype))
+    return Parameter(_random.uniform(keys(), shape, dtype, -bound, bound))
 
 
 def _check_sizes(input_size, hidden_size, num_layers=1):

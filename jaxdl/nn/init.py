@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxdl import _random
 from jaxdl._module import Parameter
 from jaxdl._random import next_key
 
@@ -64,13 +65,13 @@ def _fan(shape, mode):
 def uniform_(tensor, a: float = 0.0, b: float = 1.0, *, key=None):
     data = _data(tensor)
     key = next_key() if key is None else key
-    return _set(tensor, jax.random.uniform(key, data.shape, jnp.float32, a, b))
+    return _set(tensor, _random.uniform(key, data.shape, jnp.float32, a, b))
 
 
 def normal_(tensor, mean: float = 0.0, std: float = 1.0, *, key=None):
     data = _data(tensor)
     key = next_key() if key is None else key
-    return _set(tensor, mean + std * jax.random.normal(key, data.shape, jnp.float32))
+    return _set(tensor, mean + std * _random.normal(key, data.shape, jnp.float32))
 
 
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, *, key=None):
@@ -130,7 +131,7 @@ def orthogonal_(tensor, gain: float = 1.0, *, key=None):
     rows = data.shape[0]
     cols = data.size // rows
     key = next_key() if key is None else key
-    flat = jax.random.normal(key, (rows, cols), jnp.float32)
+    flat = _random.normal(key, (rows, cols), jnp.float32)
     if rows < cols:
         flat = flat.T
     q, r = jnp.linalg.qr(flat)
@@ -143,7 +144,7 @@ def orthogonal_(tensor, gain: float = 1.0, *, key=None):
 def bias_uniform(key, shape, fan_in: int):
     """PyTorch's default bias init for Linear/Conv: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-    return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+    return _random.uniform(key, shape, jnp.float32, -bound, bound)
 
 
 def default_weight(key, shape):
