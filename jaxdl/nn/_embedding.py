@@ -101,6 +101,15 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     return out
 
 
+def _table(num_embeddings, embedding_dim, padding_idx, weight, dtype, key):
+    """Given weights, or PyTorch's init N(0, 1) with the padding row zeroed."""
+    dtype = jnp.float32 if dtype is None else dtype
+    if weight is not None:
+        return jnp.asarray(weight, dtype)
+    table = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
+    return table if padding_idx is None else table.at[padding_idx].set(0)
+
+
 class Embedding(Module):
     """A lookup table (num_embeddings, embedding_dim), initialised N(0, 1) as in PyTorch."""
 
@@ -116,13 +125,7 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx, self.max_norm = padding_idx, max_norm
-        dtype = jnp.float32 if dtype is None else dtype
-        if _weight is None:
-            weight = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
-            if padding_idx is not None:
-                weight = weight.at[padding_idx].set(0)
-        else:
-            weight = jnp.asarray(_weight, dtype)
+        weight = _table(num_embeddings, embedding_dim, padding_idx, _weight, dtype, key)
         self.weight = Parameter(weight, requires_grad=not _freeze)
 
     @classmethod
@@ -153,14 +156,7 @@ class EmbeddingBag(Module):
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
-        dtype = jnp.float32 if dtype is None else dtype
-        if _weight is None:
-            weight = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)
-            if padding_idx is not None:
-                weight = weight.at[padding_idx].set(0)
-        else:
-            weight = jnp.asarray(_weight, dtype)
-        self.weight = Parameter(weight)
+        self.weight = Parameter(_table(num_embeddings, embedding_dim, padding_idx, _weight, dtype, key))
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         if input.ndim not in (1, 2):

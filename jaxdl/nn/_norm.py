@@ -129,6 +129,13 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     return input / jnp.maximum(norm, eps)
 
 
+def _register_affine(module, shape, dtype, weight: bool = True, bias: bool = True):
+    """The learnable scale (ones) and shift (zeros) of a norm layer, or None parameters."""
+    dtype = jnp.float32 if dtype is None else dtype
+    module.register_parameter("weight", Parameter(jnp.ones(shape, dtype)) if weight else None)
+    module.register_parameter("bias", Parameter(jnp.zeros(shape, dtype)) if weight and bias else None)
+
+
 class _BatchNorm(Module):
     """Shared by BatchNorm1d/2d and SyncBatchNorm: PyTorch's momentum convention
     (new = (1 - momentum) * old + momentum * batch; momentum=None: cumulative average),
@@ -143,12 +150,7 @@ class _BatchNorm(Module):
         dtype = jnp.float32 if dtype is None else dtype
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(jnp.ones((num_features,), dtype))
-            self.bias = Parameter(jnp.zeros((num_features,), dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, (num_features,), dtype, affine)
         if track_running_stats:
             self.register_buffer("running_mean", jnp.zeros((num_features,), dtype))
             self.register_buffer("running_var", jnp.ones((num_features,), dtype))
@@ -231,12 +233,7 @@ class InstanceNorm2d(Module):
         dtype = jnp.float32 if dtype is None else dtype
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = Parameter(jnp.ones((num_features,), dtype))
-            self.bias = Parameter(jnp.zeros((num_features,), dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, (num_features,), dtype, affine)
 
     def forward(self, input):
         self._check_input(input, (3, 4), -3, self.num_features)
@@ -268,15 +265,7 @@ class LayerNorm(_LastAxesNorm):
         dtype = jnp.float32 if dtype is None else dtype
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(jnp.ones(self.normalized_shape, dtype))
-            if bias:
-                self.bias = Parameter(jnp.zeros(self.normalized_shape, dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, self.normalized_shape, dtype, elementwise_affine, bias)
 
     def forward(self, input):
         self._check(input)
@@ -318,12 +307,7 @@ class GroupNorm(Module):
         dtype = jnp.float32 if dtype is None else dtype
         self.num_groups, self.num_channels, self.eps, self.affine = (
             num_groups, num_channels, eps, affine)
-        if affine:
-            self.weight = Parameter(jnp.ones((num_channels,), dtype))
-            self.bias = Parameter(jnp.zeros((num_channels,), dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, (num_channels,), dtype, affine)
 
     def forward(self, input):
         self._check_input(input, tuple(range(2, 33)), 1, self.num_channels)

@@ -189,28 +189,25 @@ def _fresh_key(key, input, what):
     return next_key()
 
 
-def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
+def _dropout(input, p, training, key, mask_shape, what):
+    """Zero entries with probability p along a mask broadcast over `mask_shape`, scale the rest."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return input
     if p == 1.0:
         return jnp.zeros_like(input)
-    keep = jax.random.bernoulli(_fresh_key(key, input, "dropout"), 1.0 - p, input.shape)
+    keep = jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
     return jnp.where(keep, input / (1.0 - p), 0).astype(input.dtype)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
+    return _dropout(input, p, training, key, input.shape, "dropout")
 
 
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
     """Zeroes whole channels (axis 1 of (N, C, ...)) with probability p, scaling the rest."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        return jnp.zeros_like(input)
-    shape = input.shape[:2] + (1,) * (input.ndim - 2)
-    keep = jax.random.bernoulli(_fresh_key(key, input, "dropout2d"), 1.0 - p, shape)
-    return jnp.where(keep, input / (1.0 - p), 0).astype(input.dtype)
+    return _dropout(input, p, training, key, input.shape[:2] + (1,) * (input.ndim - 2), "dropout2d")
 
 
 # ---- losses ---------------------------------------------------------------------------------
