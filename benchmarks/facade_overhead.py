@@ -123,7 +123,7 @@ def torch_step(sizes, x, y):
     model = torch.nn.Sequential(*layers)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     loss_fn = torch.nn.CrossEntropyLoss()
-    tx, ty = torch.from_numpy(np.asarray(x)), torch.from_numpy(np.asarray(y)).long()
+    tx, ty = torch.from_numpy(np.array(x)), torch.from_numpy(np.array(y)).long()
 
     def run():
         opt.zero_grad()
