@@ -120,6 +120,36 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                        divisor_override)
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_poolnd(3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                       return_indices)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_poolnd(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override)
+
+
+def lp_pool1d(input, norm_type: float, kernel_size, stride=None, ceil_mode=False):
+    """(sum over each window of x^p)^(1/p), as PyTorch (no padding)."""
+    return _lp_poolnd(1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type: float, kernel_size, stride=None, ceil_mode=False):
+    return _lp_poolnd(2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def _lp_poolnd(n, input, norm_type, kernel_size, stride, ceil_mode):
+    k = _tuple(kernel_size, n, "kernel_size")
+    window = float(np.prod(k))
+    mean = _avg_poolnd(n, input ** norm_type, kernel_size, stride, 0, ceil_mode, True, None)
+    # PyTorch: sign(s) * relu(|s|) ** (1/p) on the window sum s = mean * window.
+    total = mean * window
+    return jnp.sign(total) * jax.nn.relu(jnp.abs(total)) ** (1.0 / norm_type)
+
+
 def _adaptive_bins(length, out):
     """Membership (out, length) of PyTorch's adaptive bins [floor(i L/o), ceil((i+1) L/o))."""
     i = np.arange(out)
@@ -163,12 +193,20 @@ def adaptive_avg_pool2d(input, output_size):
     return _adaptive_avg(input, 2, output_size)
 
 
+def adaptive_avg_pool3d(input, output_size):
+    return _adaptive_avg(input, 3, output_size)
+
+
 def adaptive_max_pool1d(input, output_size, return_indices=False):
     return _adaptive_max(input, 1, output_size, return_indices)
 
 
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     return _adaptive_max(input, 2, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    return _adaptive_max(input, 3, output_size, return_indices)
 
 
 class _Pool(Module):

@@ -21,6 +21,20 @@ from jaxdl.nn._conv import (  # noqa: F401
     conv_transpose2d,
     pad,
 )
+from jaxdl.nn._distance import (  # noqa: F401
+    cosine_embedding_loss,
+    cosine_similarity,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    margin_ranking_loss,
+    multi_margin_loss,
+    multilabel_soft_margin_loss,
+    pairwise_distance,
+    pdist,
+    poisson_nll_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
+)
 from jaxdl.nn._embedding import embedding, embedding_bag, one_hot  # noqa: F401
 from jaxdl.nn._norm import (  # noqa: F401
     batch_norm,
@@ -34,12 +48,18 @@ from jaxdl.nn._norm import (  # noqa: F401
 from jaxdl.nn._pool import (  # noqa: F401
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
+    adaptive_avg_pool3d,
     adaptive_max_pool1d,
     adaptive_max_pool2d,
+    adaptive_max_pool3d,
     avg_pool1d,
     avg_pool2d,
+    avg_pool3d,
+    lp_pool1d,
+    lp_pool2d,
     max_pool1d,
     max_pool2d,
+    max_pool3d,
 )
 from jaxdl.nn._resample import interpolate  # noqa: F401
 
@@ -146,6 +166,84 @@ def glu(input, dim=-1):
     return a * jax.nn.sigmoid(b)
 
 
+def prelu(input, weight):
+    """max(0, x) + weight * min(0, x), weight per channel (axis 1) or a single value."""
+    w = weight if weight.size == 1 or input.ndim < 2 else weight.reshape(
+        (-1,) + (1,) * (input.ndim - 2))
+    return jnp.where(input >= 0, input, w * input)
+
+
+def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
+          inplace: bool = False, *, key=None):
+    """Leaky ReLU with a random slope in [lower, upper] when training, their mean otherwise."""
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2)
+    slope = jax.random.uniform(_fresh_key(key, input, "rrelu"), input.shape, input.dtype, lower, upper)
+    return jnp.where(input >= 0, input, slope * input)
+
+
+def hardshrink(input, lambd: float = 0.5):
+    return jnp.where(jnp.abs(input) > lambd, input, 0).astype(input.dtype)
+
+
+def softshrink(input, lambd: float = 0.5):
+    return (jnp.sign(input) * jnp.maximum(jnp.abs(input) - lambd, 0)).astype(input.dtype)
+
+
+def tanhshrink(input):
+    return input - jnp.tanh(input)
+
+
+# PyTorch's in-place variants: arrays are immutable here, so they return the result.
+relu_ = relu
+elu_ = elu
+celu_ = celu
+selu_ = selu
+leaky_relu_ = leaky_relu
+hardtanh_ = hardtanh
+threshold_ = threshold
+rrelu_ = rrelu
+
+
+# ---- shape --------------------------------------------------------------------------------
+
+
+def pixel_shuffle(input, upscale_factor: int):
+    """(*, C r^2, H, W) -> (*, C, H r, W r)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = jnp.moveaxis(x, (-4, -3), (-3, -1))  # (*, C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor: int):
+    """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of pixel_shuffle."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = jnp.moveaxis(x, (-3, -1), (-4, -3))  # (*, C, r, r, H, W)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def channel_shuffle(input, groups: int):
+    n, c, *rest = input.shape
+    return jnp.swapaxes(input.reshape(n, groups, c // groups, *rest), 1, 2).reshape(input.shape)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Deprecated in PyTorch in favour of interpolate; kept for ported code."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 def _softmax_dim(input, dim):
     if dim is None:  # PyTorch's legacy implicit choice
         return 0 if input.ndim in (0, 1, 3) else 1
@@ -205,9 +303,24 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False,
     return _dropout(input, p, training, key, input.shape, "dropout")
 
 
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
+    """Zeroes whole channels of (N, C, L) or (C, L) inputs."""
+    shape = input.shape[:-1] + (1,)
+    return _dropout(input, p, training, key, shape, "dropout1d")
+
+
+def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
+    """Zeroes whole channels of (N, C, D, H, W) inputs."""
+    return _dropout(input, p, training, key, input.shape[:2] + (1,) * (input.ndim - 2), "dropout3d")
+
+
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
     """Zeroes whole channels (axis 1 of (N, C, ...)) with probability p, scaling the rest."""
     return _dropout(input, p, training, key, input.shape[:2] + (1,) * (input.ndim - 2), "dropout2d")
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(-input, dim, dtype=dtype)
 
 
 # ---- losses ---------------------------------------------------------------------------------

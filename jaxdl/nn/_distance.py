@@ -1,0 +1,116 @@
+"""Distances and the losses built on them (torch.nn.functional names and defaults)."""
+
+import jax
+import jax.numpy as jnp
+
+
+def _reduce(loss, reduction: str):
+    if reduction == "mean":
+        return jnp.mean(loss)
+    if reduction == "sum":
+        return jnp.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction={reduction!r} is not valid; use 'none', 'mean' or 'sum'")
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """x1.x2 / max(|x1| |x2|, eps), PyTorch's clamp of the product of norms."""
+    dot = jnp.sum(x1 * x2, axis=dim)
+    norms = jnp.linalg.norm(x1, axis=dim) * jnp.linalg.norm(x2, axis=dim)
+    return dot / jnp.maximum(norms, eps)
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    """|x1 - x2 + eps|_p over the last axis, as PyTorch."""
+    diff = x1 - x2 + eps
+    if p == float("inf"):
+        return jnp.max(jnp.abs(diff), axis=-1, keepdims=keepdim)
+    return jnp.sum(jnp.abs(diff) ** p, axis=-1, keepdims=keepdim) ** (1.0 / p)
+
+
+def pdist(input, p: float = 2.0):
+    """Distances between every pair of rows i < j of a 2-d input, in row-major order."""
+    n = input.shape[0]
+    i, j = jnp.triu_indices(n, k=1)
+    diff = input[i] - input[j]
+    if p == float("inf"):
+        return jnp.max(jnp.abs(diff), axis=-1)
+    return jnp.sum(jnp.abs(diff) ** p, axis=-1) ** (1.0 / p)
+
+
+def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                          reduce=None, reduction: str = "mean"):
+    cos = cosine_similarity(input1, input2, dim=-1, eps=1e-12)
+    loss = jnp.where(target == 1, 1 - cos, jnp.maximum(0.0, cos - margin))
+    return _reduce(loss, reduction)
+
+
+def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
+                         reduction: str = "mean"):
+    loss = jnp.where(target == 1, input, 0.0) + jnp.where(target == -1, jnp.maximum(0.0, margin - input), 0.0)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
+                        reduce=None, reduction: str = "mean"):
+    return _reduce(jnp.maximum(0.0, -target * (input1 - input2) + margin), reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    return _reduce(jax.nn.softplus(-target * input), reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction: str = "mean"):
+    loss = -(target * jax.nn.log_sigmoid(input) + (1 - target) * jax.nn.log_sigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(jnp.mean(loss, axis=-1), reduction)
+
+
+def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,
+                     eps: float = 1e-8, reduce=None, reduction: str = "mean"):
+    loss = jnp.exp(input) - target * input if log_input else input - target * jnp.log(input + eps)
+    if full:  # Stirling's approximation of log(target!), for target > 1
+        stirling = target * jnp.log(target) - target + 0.5 * jnp.log(2 * jnp.pi * target)
+        loss = loss + jnp.where(target > 1, stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
+                      reduction: str = "mean"):
+    if var.ndim == input.ndim - 1 or (var.ndim == input.ndim and var.shape[-1] == 1
+                                      and input.shape[-1] != 1):
+        var = var.reshape(*input.shape[:-1], 1) if var.ndim == input.ndim - 1 else var
+    var = jnp.maximum(var, eps)  # clamped without gradient below eps, as PyTorch's clamp
+    loss = 0.5 * (jnp.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * jnp.log(2 * jnp.pi)
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
+                        reduction: str = "mean"):
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = jnp.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(jnp.maximum(0.0, margin + d_pos - d_neg), reduction)
+
+
+def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=None,
+                      size_average=None, reduce=None, reduction: str = "mean"):
+    """sum_{i != y} max(0, margin - x[y] + x[i])^p / C, optionally weighted by weight[y]."""
+    if p not in (1, 2):
+        raise ValueError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
+    x = input if input.ndim == 2 else input[None]
+    y = jnp.asarray(target).reshape(-1)
+    picked = jnp.take_along_axis(x, y[:, None], axis=1)
+    terms = jnp.maximum(0.0, margin - picked + x) ** p
+    if weight is not None:
+        terms = terms * jnp.asarray(weight)[y][:, None]
+    terms = jnp.where(jnp.arange(x.shape[1])[None] == y[:, None], 0.0, terms)
+    loss = jnp.sum(terms, axis=1) / x.shape[1]
+    return _reduce(loss if input.ndim == 2 else loss[0], reduction)
