@@ -3,15 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-
-def _reduce(loss, reduction: str):
-    if reduction == "mean":
-        return jnp.mean(loss)
-    if reduction == "sum":
-        return jnp.sum(loss)
-    if reduction == "none":
-        return loss
-    raise ValueError(f"reduction={reduction!r} is not valid; use 'none', 'mean' or 'sum'")
+from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 
 from jaxdl._module import Module
 from jaxdl.nn import functional as F
+from jaxdl.nn._reduction import REDUCTIONS
 
 
 class _Loss(Module):
@@ -13,8 +14,8 @@ class _Loss(Module):
             raise NotImplementedError(
                 "size_average and reduce are deprecated in PyTorch; use reduction='mean'|'sum'|'none'"
             )
-        if reduction not in ("none", "mean", "sum"):
-            raise ValueError(f"reduction={reduction!r} is not valid; use 'none', 'mean' or 'sum'")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction={reduction!r} is not valid; use one of {REDUCTIONS}")
         self.reduction = reduction
 
     def _check_same_shape(self, input, target):

@@ -61,6 +61,8 @@ from jaxdl.nn._pool import (  # noqa: F401
     max_pool2d,
     max_pool3d,
 )
+from jaxdl.nn._reduction import REDUCTIONS as _REDUCTIONS
+from jaxdl.nn._reduction import reduce_loss as _reduce
 from jaxdl.nn._resample import interpolate  # noqa: F401
 
 # ---- linear -------------------------------------------------------------------------------
@@ -325,17 +327,6 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
 
 # ---- losses ---------------------------------------------------------------------------------
 
-_REDUCTIONS = ("none", "mean", "sum")
-
-
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return jnp.mean(loss)
-    if reduction == "sum":
-        return jnp.sum(loss)
-    if reduction == "none":
-        return loss
-    raise ValueError(f"reduction={reduction!r} is not valid; use one of {_REDUCTIONS}")
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
