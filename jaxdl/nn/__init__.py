@@ -22,6 +22,7 @@ from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
 from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from jaxdl.nn._dropout import Dropout, Dropout2d
 from jaxdl.nn._embedding import Embedding, EmbeddingBag
+from jaxdl.nn._fold import Fold, Unfold
 from jaxdl.nn._linear import Bilinear, Identity, Linear
 from jaxdl.nn._loss import (
     BCELoss,
@@ -74,4 +75,6 @@ __all__ = [
     "SmoothL1Loss", "Softmax", "Softplus", "SyncBatchNorm", "Tanh", "TransformerDecoder",
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
     "functional", "init", "parallel", "utils",
+    # torch.nn layers added after the first release
+    "Fold", "Unfold",
 ]

@@ -36,6 +36,7 @@ from jaxdl.nn._distance import (  # noqa: F401
     triplet_margin_loss,
 )
 from jaxdl.nn._embedding import embedding, embedding_bag, one_hot  # noqa: F401
+from jaxdl.nn._fold import fold, unfold  # noqa: F401
 from jaxdl.nn._norm import (  # noqa: F401
     batch_norm,
     group_norm,

@@ -1,0 +1,53 @@
+"""Compare a jaxdl functional op with its torch.nn.functional twin: values and gradients.
+
+`check_functional(ours, theirs, floats, constants=(), kwargs=None)` calls both on the same
+float inputs (differentiated) and constant inputs (indices, lengths, passed through), and
+compares the outputs and the gradients of sum(output * fixed random cotangent) w.r.t. every
+float input.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch_twin import assert_close, flatten
+
+
+def _torch_value(c):
+    return torch.tensor(c) if isinstance(c, np.ndarray) else c
+
+
+def _jax_value(c):
+    return jnp.asarray(c) if isinstance(c, np.ndarray) else c
+
+
+def check_functional(ours, theirs, floats, constants=(), kwargs=None, *, torch_kwargs=None,
+                     fwd_tol=1e-5, grad_tol=1e-4, seed=7):
+    """Returns jaxdl's outputs (a list of leaves) for further checks."""
+    kwargs = kwargs or {}
+    torch_kwargs = kwargs if torch_kwargs is None else torch_kwargs
+    t_in = [torch.tensor(x, requires_grad=True) for x in floats]
+    t_out = flatten(theirs(*t_in, *[_torch_value(c) for c in constants], **torch_kwargs))
+    cot_rng = np.random.default_rng(seed)
+    cots = [cot_rng.standard_normal(tuple(o.shape)).astype(np.float32)
+            if o.is_floating_point() else None for o in t_out]
+    loss = sum((o * torch.tensor(c)).sum() for o, c in zip(t_out, cots)
+               if c is not None and o.requires_grad)
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+
+    consts = [_jax_value(c) for c in constants]
+
+    def objective(*xs):
+        leaves = flatten(ours(*xs, *consts, **kwargs))
+        return sum(jnp.sum(o * c) for o, c in zip(leaves, cots) if c is not None), leaves
+
+    grads, leaves = jax.grad(objective, argnums=tuple(range(len(floats))), has_aux=True)(
+        *[jnp.asarray(x) for x in floats])
+    assert len(leaves) == len(t_out)
+    for k, (a, e) in enumerate(zip(leaves, t_out)):
+        assert_close(a, e, f"output {k}", fwd_tol)
+    for k, (g, t) in enumerate(zip(grads, t_in)):
+        expected = np.zeros(t.shape, np.float32) if t.grad is None else t.grad.numpy()
+        assert_close(g, expected, f"grad of input {k}", grad_tol, floor=1e-6)
+    return leaves
