@@ -65,6 +65,7 @@ from jaxdl.nn._pool import (  # noqa: F401
 from jaxdl.nn._reduction import REDUCTIONS as _REDUCTIONS
 from jaxdl.nn._reduction import reduce_loss as _reduce
 from jaxdl.nn._resample import interpolate  # noqa: F401
+from jaxdl.nn._sampling import affine_grid, grid_sample  # noqa: F401
 
 # ---- linear -------------------------------------------------------------------------------
 
