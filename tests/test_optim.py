@@ -314,3 +314,46 @@ def test_parameters_to_vector_and_back():
     np.testing.assert_array_equal(np.asarray(model[2].bias), 2 * twin[2].bias.detach().numpy())
     with pytest.raises(ValueError, match="expected a vector of 163 elements"):
         nn.utils.vector_to_parameters(vec[:5], model.parameters())
+
+
+# ---- step(closure) -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("name,options", [("SGD", dict(lr=0.05, momentum=0.9)), ("Adam", dict(lr=1e-2))])
+def test_step_with_closure_matches_torch(name, options, jit):
+    """torch's `loss = opt.step(closure)`; the jaxdl closure returns (loss, grads)."""
+    model, twin = make_pair()
+    opt = getattr(optim, name)(model.parameters(), **options)
+    topt = getattr(torch.optim, name)(twin.parameters(), **options)
+    data = batches()
+
+    def step(model, opt, x, y):
+        return opt.step(lambda: dl.value_and_grad(mse)(model, x, y, 1.0))
+
+    step = dl.jit(step) if jit else step
+    for i in range(20):
+        x, y = data[i % len(data)]
+
+        def closure(x=x, y=y):
+            topt.zero_grad()
+            loss = torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2)
+            loss.backward()
+            return loss
+
+        ours, theirs = step(model, opt, x, y), topt.step(closure)
+        np.testing.assert_allclose(float(ours), theirs.item(), rtol=1e-5)
+    assert_params_close(model, twin)
+
+
+def test_step_closure_in_the_torch_form_explains_the_jaxdl_form():
+    model, _ = make_pair()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    x, y = batches()[0]
+    with pytest.raises(TypeError, match=r"no loss.backward\(\).*value_and_grad"):
+        opt.step(lambda: mse(model, x, y, 1.0))  # a torch closure returns only the loss
+    with pytest.raises(TypeError, match="needs the gradients"):
+        opt.step()
+    grads = dl.grad(mse)(model, x, y, 1.0)
+    with pytest.raises(TypeError, match="not both"):
+        opt.step(grads, closure=lambda: (0.0, grads))
+    assert opt.step(closure=lambda: (1.5, grads)) == 1.5

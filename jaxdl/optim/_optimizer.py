@@ -11,6 +11,7 @@ moves it into a slot with `ParamGroup.make_dynamic`.
 """
 
 import math
+import warnings
 from collections.abc import MutableMapping
 
 import jax
@@ -176,6 +177,18 @@ def _param_refs(params) -> list:
     )
 
 
+def _evaluate_closure(closure):
+    """(loss, grads) from a `step(closure)` closure, or a TypeError that shows the jaxdl form."""
+    result = closure()
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    raise TypeError(
+        f"opt.step(closure): the closure returned {type(result).__name__}, expected (loss, grads). "
+        "jaxdl has no loss.backward(): gradients are return values, so a closure computes and "
+        "returns them, e.g. closure = lambda: dl.value_and_grad(loss_fn)(model)"
+    )
+
+
 def _check_nonnegative(options: dict, *names):
     for name in names:
         value = options[name]
@@ -207,14 +220,8 @@ class Optimizer(Stateful):
             params = [params]
         groups = list(params) if isinstance(params, list) and params and isinstance(params[0], dict) \
             else [{"params": params}]
-        refs_per_group = [_param_refs(g["params"]) for g in groups]
-        modules = [m for refs in refs_per_group for m, _ in refs]
-        if not modules:
-            raise ValueError("optimizer got an empty parameter list")
-        self._store = join(*[m._store for m in modules])
-        self._store.owners.add(self)
-        defaults = {**defaults, **{k: INERT_DEFAULTS[k] for k in self._inert}}
-        self.defaults = dict(defaults)
+        self._store = None  # set by the first add_param_group
+        self.defaults = {**defaults, **{k: INERT_DEFAULTS[k] for k in self._inert}}
         self.param_groups: list[ParamGroup] = []
         self._state: dict[int, dict[str, int]] = {}
         # Step counters: one int vector per group (torch keeps one per parameter; a vector
@@ -223,33 +230,63 @@ class Optimizer(Stateful):
         # Whether every counter of a group is known to be equal (the usual case: each step
         # updates every parameter). Then one shared counter drives the whole group.
         self._uniform: dict[int, bool] = {}
-        seen = set()
-        for group, refs in zip(groups, refs_per_group):
-            unknown = set(group) - set(defaults) - {"params"}
-            if unknown:
-                raise ValueError(
-                    f"unknown option(s) {sorted(unknown)} for {type(self).__name__}; "
-                    f"valid: {sorted(defaults)}"
-                )
-            slots = [m._slots[n] for m, n in refs]
-            if seen.intersection(slots):
-                raise ValueError("some parameters appear in more than one parameter group")
-            seen.update(slots)
-            options = {**defaults, **{k: v for k, v in group.items() if k != "params"}}
-            _check_lr(options["lr"])
-            self._validate(options)
-            pg = ParamGroup(self, slots, options)
-            self.param_groups.append(pg)
-            steps = []
-            for index in slots:
-                state = self._init_state(self._store.values[index], options)
-                if "step" in state:
-                    steps.append(state.pop("step"))
-                self._state[index] = {k: self._store.add(v, STATE) for k, v in state.items()}
-            if steps:
-                group_index = len(self.param_groups) - 1
-                self._steps[group_index] = self._store.add(jnp.stack(steps), STATE)
-                self._uniform[group_index] = True
+        if not any(_param_refs(g["params"]) for g in groups if isinstance(g, dict) and "params" in g):
+            raise ValueError("optimizer got an empty parameter list")
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict):
+        """Add a group of parameters (torch's `add_param_group`): options missing from it take
+        the optimizer's defaults, and a parameter already in another group is refused.
+
+        Parameters of a module outside the optimizer's store (a head built mid-training)
+        join the store; the store's version changes, so `dl.jit` steps retrace once.
+        Schedulers built earlier learn of the group (see `lr_scheduler`).
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError("param_group has no 'params' entry")
+        unknown = set(param_group) - set(self.defaults) - {"params"}
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {sorted(unknown)} for {type(self).__name__}; "
+                f"valid: {sorted(self.defaults)}"
+            )
+        refs = _param_refs(param_group["params"])
+        stores = [m._store for m, _ in refs]
+        if self._store is None and stores:
+            self._store = join(*stores)
+            self._store.owners.add(self)
+        elif stores:
+            self._store = join(self._store, *stores)  # ours first: existing slots keep their indices
+        slots = [m._slots[n] for m, n in refs]
+        if len(set(slots)) != len(slots):
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; "
+                          "in future, this will cause an error", UserWarning, stacklevel=2)
+            slots = list(dict.fromkeys(slots))
+        taken = {i for group in self.param_groups for i in group.slots}
+        if taken.intersection(slots):
+            raise ValueError("some parameters appear in more than one parameter group")
+        options = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
+        _check_lr(options["lr"])
+        self._validate(options)
+        group = ParamGroup(self, slots, options)
+        self.param_groups.append(group)
+        group_index = len(self.param_groups) - 1
+        steps = []
+        for index in slots:
+            state = self._init_state(self._store.values[index], options)
+            if "step" in state:
+                steps.append(state.pop("step"))
+            self._state[index] = {k: self._store.add(v, STATE) for k, v in state.items()}
+        if steps:
+            self._steps[group_index] = self._store.add(jnp.stack(steps), STATE)
+            self._uniform[group_index] = True
+        for owner in list(self._store.owners):
+            on_added = getattr(owner, "_param_group_added", None)
+            if on_added is not None and getattr(owner, "optimizer", None) is self:
+                on_added(group)
 
     def _rebase(self, store, offset):
         self._store = store
@@ -304,10 +341,31 @@ class Optimizer(Stateful):
             )
         return {names[k]: g for k, g in grads.items()}
 
-    def step(self, grads, closure=None):
-        """Update every parameter that has a gradient in `grads` (from `dl.grad`)."""
+    def step(self, grads=None, closure=None):
+        """Update every parameter that has a gradient in `grads` (from `dl.grad`).
+
+        torch's form `loss = opt.step(closure)` works too, with one difference:
+        gradients are return values here, so the closure returns `(loss, grads)`,
+        e.g. `opt.step(lambda: dl.value_and_grad(loss_fn)(model))`. It is called
+        once (as torch's SGD/Adam/... do) and its loss is returned; with `grads`,
+        `step` returns None.
+        """
+        if callable(grads) and closure is None:  # opt.step(closure), torch's positional form
+            grads, closure = None, grads
+        loss = None
         if closure is not None:
-            raise NotImplementedError("step(closure) is not supported: pass the gradients")
+            if grads is not None:
+                raise TypeError("opt.step takes gradients or a closure, not both")
+            loss, grads = _evaluate_closure(closure)
+        if grads is None:
+            raise TypeError(
+                "opt.step needs the gradients: opt.step(grads) with grads from dl.grad / "
+                "dl.value_and_grad, or opt.step(closure) with a closure returning (loss, grads)"
+            )
+        self._apply_grads(grads)
+        return loss
+
+    def _apply_grads(self, grads):
         by_slot = self._grads_by_slot(grads)
         store = self._store
         for group_index, group in enumerate(self.param_groups):
