@@ -357,3 +357,95 @@ def test_step_closure_in_the_torch_form_explains_the_jaxdl_form():
     with pytest.raises(TypeError, match="not both"):
         opt.step(grads, closure=lambda: (0.0, grads))
     assert opt.step(closure=lambda: (1.5, grads)) == 1.5
+
+
+# ---- add_param_group ---------------------------------------------------------------------------
+
+def _torch_step(twin, topt, x, y):
+    topt.zero_grad()
+    torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
+    topt.step()
+
+
+@pytest.mark.parametrize("name,options,added", [
+    ("SGD", dict(lr=0.05, momentum=0.9), dict(lr=0.02, nesterov=True)),
+    ("AdamW", dict(lr=1e-2), dict(lr=3e-3, betas=(0.8, 0.99))),
+])
+def test_group_added_mid_training_follows_torch(name, options, added):
+    model, twin = make_pair()
+    opt = getattr(optim, name)(model[0].parameters(), **options)
+    topt = getattr(torch.optim, name)(twin[0].parameters(), **options)
+    step = dl.jit(_train_step.fn)
+    data = batches()
+    for i in range(60):
+        if i == 20:
+            opt.add_param_group({"params": model[2].parameters(), **added})
+            topt.add_param_group({"params": twin[2].parameters(), **added})
+            assert {k: opt.param_groups[1][k] for k in opt.param_groups[1] if k != "params"} == \
+                {k: v for k, v in topt.param_groups[1].items() if k != "params"}
+        step(model, opt, *data[i % len(data)], 1.0)
+        _torch_step(twin, topt, *data[i % len(data)])
+    assert step.trace_count == 2  # once per optimizer structure
+    assert_params_close(model, twin)
+    # the state dict has the new group and loads into torch, and torch's into ours
+    sd = opt.state_dict()
+    assert [g["params"] for g in sd["param_groups"]] == [[0, 1], [2, 3]]
+    fresh = getattr(torch.optim, name)(twin[0].parameters(), **options)
+    fresh.add_param_group({"params": twin[2].parameters(), **added})
+    fresh.load_state_dict({"state": {i: {k: torch.tensor(np.asarray(v)) for k, v in s.items()}
+                                     for i, s in sd["state"].items()},
+                           "param_groups": sd["param_groups"]})
+    opt.load_state_dict(topt.state_dict())
+    for i in range(10):
+        step(model, opt, *data[i % len(data)], 1.0)
+        _torch_step(twin, topt, *data[i % len(data)])
+    assert_params_close(model, twin)
+
+
+def test_group_of_a_module_outside_the_store_joins_it():
+    model, twin = make_pair()
+    dl.manual_seed(5)
+    head = nn.Linear(3, 2)
+    thead = torch.nn.Linear(3, 2)
+    thead.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in head.state_dict().items()})
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    topt = torch.optim.Adam(twin.parameters(), lr=1e-2)
+    opt.add_param_group({"params": head.parameters(), "lr": 5e-3})
+    topt.add_param_group({"params": thead.parameters(), "lr": 5e-3})
+    assert head._store is opt._store is model._store
+
+    @dl.jit
+    def step(model, head, opt, x):
+        loss, (g_model, g_head) = dl.value_and_grad(
+            lambda m, h: jnp.mean(h(m(x)) ** 2), argnums=(0, 1))(model, head)
+        opt.step(g_model)
+        opt.step(g_head)
+        return loss
+
+    for x, _ in batches(5):
+        step(model, head, opt, x)
+        topt.zero_grad()
+        torch.mean(thead(twin(torch.tensor(x))) ** 2).backward()
+        topt.step()
+    assert_params_close(model, twin)
+    assert_params_close(head, thead)
+
+
+def test_add_param_group_refuses_what_torch_refuses():
+    model, twin = make_pair()
+    opt = optim.SGD(model[0].parameters(), lr=0.1)
+    topt = torch.optim.SGD(twin[0].parameters(), lr=0.1)
+    message = "some parameters appear in more than one parameter group"
+    with pytest.raises(ValueError, match=message):
+        topt.add_param_group({"params": twin[0].parameters()})
+    with pytest.raises(ValueError, match=message):
+        opt.add_param_group({"params": model[0].parameters()})
+    with pytest.raises(TypeError, match="param_group must be a dict"):
+        opt.add_param_group(model[2].parameters())
+    with pytest.raises(ValueError, match="momentun"):
+        opt.add_param_group({"params": model[2].parameters(), "momentun": 0.9})
+    with pytest.raises(ValueError, match="lr="):
+        opt.add_param_group({"params": model[2].parameters(), "lr": -1.0})
+    assert len(opt.param_groups) == 1  # nothing half-added
+    opt.add_param_group({"params": model[2].parameters()})
+    assert opt.param_groups[1]["lr"] == 0.1

@@ -253,6 +253,9 @@ class Optimizer(Stateful):
                 f"unknown option(s) {sorted(unknown)} for {type(self).__name__}; "
                 f"valid: {sorted(self.defaults)}"
             )
+        options = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
+        _check_lr(options["lr"])
+        self._validate(options)
         refs = _param_refs(param_group["params"])
         stores = [m._store for m, _ in refs]
         if self._store is None and stores:
@@ -268,9 +271,6 @@ class Optimizer(Stateful):
         taken = {i for group in self.param_groups for i in group.slots}
         if taken.intersection(slots):
             raise ValueError("some parameters appear in more than one parameter group")
-        options = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
-        _check_lr(options["lr"])
-        self._validate(options)
         group = ParamGroup(self, slots, options)
         self.param_groups.append(group)
         group_index = len(self.param_groups) - 1
