@@ -149,8 +149,13 @@ def test_bad_inputs_name_module_and_shapes():
         lstm(jnp.zeros((3, 2, 4)), (jnp.zeros((1, 2, 6)), jnp.zeros((2, 2, 6))))
     with pytest.raises(ValueError, match=r"GRUCell.*hidden state of shape \(3, 5\)"):
         nn.GRUCell(2, 5)(jnp.zeros((3, 2)), jnp.zeros((3, 4)))
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        nn.LSTM(4, 6, proj_size=2)
+    for bad, message in [(6, "smaller than hidden_size"), (-1, "positive integer or zero")]:
+        with pytest.raises(ValueError, match=message):
+            torch.nn.LSTM(4, 6, proj_size=bad)
+        with pytest.raises(ValueError, match=message):
+            nn.LSTM(4, 6, proj_size=bad)
+    with pytest.raises(ValueError, match=r"c_0 of shape \(1, 2, 6\).*\(1, 2, 3\)"):
+        nn.LSTM(4, 6, proj_size=3)(jnp.zeros((5, 2, 4)), (jnp.zeros((1, 2, 3)), jnp.zeros((1, 2, 3))))
     with pytest.raises(ValueError, match="nonlinearity"):
         nn.RNN(4, 6, nonlinearity="gelu")
 
@@ -160,3 +165,46 @@ def test_explicit_key_reproduces_weights():
     b = nn.GRU(3, 4, key=jax.random.key(1))
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+class _StatefulLSTM(torch.nn.Module):
+    """Takes (x, h_0, c_0) as separate inputs, so the harness differentiates both states."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, h, c):
+        return self.inner(x, (h, c))
+
+
+class _JStatefulLSTM(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, h, c):
+        return self.inner(x, (h, c))
+
+
+@pytest.mark.parametrize("num_layers, bidirectional, batch_first, bias", [
+    (1, False, False, True),
+    (2, True, True, True),
+    (3, False, False, False),
+])
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+def test_lstm_projection_matches_torch(num_layers, bidirectional, batch_first, bias, rng):
+    t, j = _pair("LSTM", 5, 7, num_layers=num_layers, bias=bias, batch_first=batch_first,
+                 bidirectional=bidirectional, proj_size=3)
+    assert list(j.state_dict()) == list(t.state_dict())
+    assert all(j.state_dict()[k].shape == tuple(v.shape) for k, v in t.state_dict().items())
+    assert repr(j) == repr(t)
+    shape = (2, 4, 5) if batch_first else (4, 2, 5)
+    twin(t, j, [rand(rng, *shape)])
+    # given initial states: h_0 (D * layers, N, proj_size), c_0 (D * layers, N, hidden_size)
+    states = num_layers * (2 if bidirectional else 1)
+    h0, c0 = rand(rng, states, 2, 3), rand(rng, states, 2, 7)
+    out = twin(_StatefulLSTM(t), _JStatefulLSTM(j), [rand(rng, *shape), h0, c0])
+    assert out[0].shape[-1] == 3 * (2 if bidirectional else 1)
+    assert out[1].shape == (states, 2, 3) and out[2].shape == (states, 2, 7)
+    twin(_StatefulLSTM(t), _JStatefulLSTM(j), [rand(rng, 4, 5), h0[:, 0], c0[:, 0]])

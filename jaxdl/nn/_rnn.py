@@ -7,6 +7,7 @@ Gate order is PyTorch's: LSTM (i, f, g, o), GRU (r, z, n) with
 n = tanh(W_in x + b_in + r * (W_hn h + b_hn)).
 """
 
+import functools
 import math
 import warnings
 
@@ -37,11 +38,13 @@ def _rnn_step(activation):
     return step
 
 
-def _lstm_step(xp, state, w_hh, b_hh):
+def _lstm_step(xp, state, w_hh, b_hh, w_hr=None):
+    """One LSTM step; with a projection (proj_size > 0) h = (o * tanh(c)) W_hr^T."""
     h, c = state
     i, f, g, o = jnp.split(xp + _hidden_proj(h, w_hh, b_hh), 4, axis=-1)
     c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    return jax.nn.sigmoid(o) * jnp.tanh(c), c
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return (h if w_hr is None else h @ w_hr.T), c
 
 
 def _gru_step(xp, state, w_hh, b_hh):
@@ -68,6 +71,16 @@ def _uniform_init(keys, shape, hidden_size, dtype):
     return Parameter(_random.uniform(keys(), shape, dtype, -bound, bound))
 
 
+def _check_proj_size(mode, proj_size, hidden_size):
+    """torch's checks and messages for LSTM projections."""
+    if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
+        raise ValueError("proj_size should be a positive integer or zero to disable projections")
+    if proj_size and mode != "LSTM":
+        raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+    if proj_size >= hidden_size:
+        raise ValueError("proj_size has to be smaller than hidden_size")
+
+
 def _check_sizes(input_size, hidden_size, num_layers=1):
     for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                         ("num_layers", num_layers)):
@@ -89,9 +102,7 @@ class RNNBase(Module):
         _check_sizes(input_size, hidden_size, num_layers)
         if not (0.0 <= dropout <= 1.0) or isinstance(dropout, bool):
             raise ValueError(f"dropout should be a number in range [0, 1], got {dropout!r}")
-        if proj_size != 0:
-            raise NotImplementedError(f"{type(self).__name__}: proj_size={proj_size} is not "
-                                      "supported (only proj_size=0)")
+        _check_proj_size(mode, proj_size, hidden_size)
         if dropout > 0 and num_layers == 1:
             warnings.warn(f"dropout={dropout} has no effect with num_layers=1: dropout is "
                           "applied between recurrent layers only", stacklevel=3)
@@ -112,39 +123,52 @@ class RNNBase(Module):
         def init(shape):
             return _uniform_init(keys, shape, hidden_size, dtype)
 
+        # torch's registration order (and so its state_dict order and init draws):
+        # w_ih, w_hh, b_ih, b_hh, then the projection w_hr.
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * directions
+            layer_input = input_size if layer == 0 else self._output_size * directions
             for suffix in ("", "_reverse")[:directions]:
                 setattr(self, f"weight_ih_l{layer}{suffix}", init((gate_size, layer_input)))
-                setattr(self, f"weight_hh_l{layer}{suffix}", init((gate_size, hidden_size)))
+                setattr(self, f"weight_hh_l{layer}{suffix}", init((gate_size, self._output_size)))
                 if bias:
                     setattr(self, f"bias_ih_l{layer}{suffix}", init((gate_size,)))
                     setattr(self, f"bias_hh_l{layer}{suffix}", init((gate_size,)))
+                if proj_size:
+                    setattr(self, f"weight_hr_l{layer}{suffix}", init((proj_size, hidden_size)))
         self._register_rng("_rng", keys())
 
     @property
     def _directions(self):
         return 2 if self.bidirectional else 1
 
+    @property
+    def _output_size(self):
+        """Size of h (and of each direction's output): proj_size when projecting."""
+        return self.proj_size or self.hidden_size
+
     def _weights(self, layer, direction):
+        """(w_ih, w_hh, b_ih, b_hh, w_hr), None for what the layer does not have."""
         suffix = "_reverse" if direction else ""
-        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        if not self.bias:
-            return (*(getattr(self, f"{n}_l{layer}{suffix}") for n in names[:2]), None, None)
-        return tuple(getattr(self, f"{n}_l{layer}{suffix}") for n in names)
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")
+        present = (True, True, self.bias, self.bias, self.proj_size > 0)
+        return tuple(getattr(self, f"{n}_l{layer}{suffix}") if p else None
+                     for n, p in zip(names, present))
 
     def _initial_state(self, hx, batch, batched, dtype):
-        """(layers*directions, N, H) zeros or the checked user state: (h_0,) or (h_0, c_0)."""
-        expected = (self.num_layers * self._directions, batch, self.hidden_size)
-        count = 2 if self.mode == "LSTM" else 1
+        """(layers*directions, N, H) zeros or the checked user state: (h_0,) or (h_0, c_0).
+
+        With a projection h has size proj_size, c keeps hidden_size.
+        """
+        sizes = (self._output_size, self.hidden_size)[:2 if self.mode == "LSTM" else 1]
+        expected = [(self.num_layers * self._directions, batch, size) for size in sizes]
         if hx is None:
-            return (jnp.zeros(expected, dtype),) * count
+            return tuple(jnp.zeros(shape, dtype) for shape in expected)
         states = tuple(hx) if self.mode == "LSTM" else (hx,)
-        if len(states) != count:
+        if len(states) != len(sizes):
             raise self._input_error("hx as a tuple (h_0, c_0)", "", f"{len(states)} arrays")
         out = []
-        for name, state in zip(("h_0", "c_0"), states):
-            want = expected if batched else (expected[0], expected[2])
+        for name, state, shape in zip(("h_0", "c_0"), states, expected):
+            want = shape if batched else (shape[0], shape[2])
             if tuple(state.shape) != want:
                 kind = "batched" if batched else "unbatched"
                 raise self._input_error(f"{name} of shape", want,
@@ -153,9 +177,9 @@ class RNNBase(Module):
         return tuple(out)
 
     def _run_direction(self, xs, carry, layer, direction):
-        w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
+        w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, direction)
         projected = F.linear(xs, w_ih, b_ih)  # the whole sequence in one matmul
-        step = _STEPS[self.mode]
+        step = functools.partial(_lstm_step, w_hr=w_hr) if w_hr is not None else _STEPS[self.mode]
 
         def body(carry, xp):
             carry = step(xp, carry, w_hh, b_hh)
@@ -194,6 +218,8 @@ class RNNBase(Module):
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size != 0:
+            s += f", proj_size={self.proj_size}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"
         if self.bias is not True:
@@ -230,7 +256,12 @@ class RNN(RNNBase):
 
 
 class LSTM(RNNBase):
-    """LSTM with gates (i, f, g, o); returns `(output, (h_n, c_n))`."""
+    """LSTM with gates (i, f, g, o); returns `(output, (h_n, c_n))`.
+
+    With `proj_size > 0` (torch's LSTMP): h_t = (o_t * tanh(c_t)) W_hr^T, so h_n and
+    output have size proj_size and c_n keeps hidden_size; weights `weight_hr_l{k}`
+    of shape (proj_size, hidden_size), and `weight_hh` (4H, proj_size).
+    """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
