@@ -53,6 +53,8 @@ from jaxdl.nn._pool import (
     AvgPool2d,
     MaxPool1d,
     MaxPool2d,
+    MaxUnpool1d,
+    MaxUnpool2d,
 )
 from jaxdl.nn._rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from jaxdl.nn._shape import Flatten, Unflatten
@@ -76,5 +78,5 @@ __all__ = [
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
     "functional", "init", "parallel", "utils",
     # torch.nn layers added after the first release
-    "Fold", "Unfold",
+    "Fold", "MaxUnpool1d", "MaxUnpool2d", "Unfold",
 ]

@@ -4,6 +4,7 @@ Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
 (C, *spatial) inputs, with `jax.lax.reduce_window`.
 """
 
+import functools
 import itertools
 
 import jax
@@ -52,11 +53,21 @@ def _reduce(input, n, init, op, k, s, pairs):
                                  (1,) * lead + s, [(0, 0)] * lead + pairs)
 
 
+def _window_views(x, lead, k, d, s, outs):
+    """One strided slice of the (already padded) x per kernel offset, in row-major kernel order:
+    view[..., o] is the element at that offset of output o's window."""
+    for offset in itertools.product(*(range(ki) for ki in k)):
+        start = (0,) * lead + tuple(o * di for o, di in zip(offset, d))
+        limit = x.shape[:lead] + tuple(st + (o - 1) * si + 1 for st, o, si in
+                                       zip(start[lead:], outs, s))
+        yield jax.lax.slice(x, start, limit, (1,) * lead + s)
+
+
 def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    if return_indices:
-        raise NotImplementedError(f"max_pool{n}d(return_indices=True)")
     k, s, pairs, d, outs = _window_geometry(input, n, kernel_size, stride, padding, dilation,
                                             ceil_mode)
+    if return_indices:
+        return _max_pool_with_indices(input, n, k, s, pairs, d, outs)
     if all(di == 1 for di in d):
         return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs)
     # JAX has no gradient for dilated reduce_window max: take the max of one strided slice
@@ -64,13 +75,33 @@ def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, ret
     lead = input.ndim - n
     x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
     out = None
-    for offset in itertools.product(*(range(ki) for ki in k)):
-        start = (0,) * lead + tuple(o * di for o, di in zip(offset, d))
-        limit = x.shape[:lead] + tuple(st + (o - 1) * si + 1 for st, o, si in
-                                       zip(start[lead:], outs, s))
-        view = jax.lax.slice(x, start, limit, (1,) * lead + s)
+    for view in _window_views(x, lead, k, d, s, outs):
         out = view if out is None else jnp.maximum(out, view)
     return out
+
+
+def _max_pool_with_indices(input, n, k, s, pairs, d, outs):
+    """(max, flat index of the max within each input plane), PyTorch's choice on ties: the
+    first maximum in row-major window order (a NaN always wins, as in PyTorch's kernel).
+
+    The values are gathered back at the indices so that the gradient goes to exactly the
+    element torch picks (and that max_unpool puts back)."""
+    lead = input.ndim - n
+    spatial = input.shape[lead:]
+    x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
+    plane = jnp.pad(jnp.arange(int(np.prod(spatial)), dtype=jnp.int32).reshape(spatial), pairs,
+                    constant_values=-1)
+    best = best_index = None
+    for view, index in zip(_window_views(x, lead, k, d, s, outs),
+                           _window_views(plane, 0, k, d, s, outs)):
+        if best is None:
+            best, best_index = view, jnp.broadcast_to(index, view.shape)
+            continue
+        take = (view > best) | jnp.isnan(view)
+        best, best_index = jnp.where(take, view, best), jnp.where(take, index, best_index)
+    flat = input.reshape(input.shape[:lead] + (-1,))
+    values = jnp.take_along_axis(flat, best_index.reshape(best_index.shape[:lead] + (-1,)), axis=-1)
+    return values.reshape(best_index.shape), best_index
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -83,6 +114,83 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                return_indices=False):
     return _max_poolnd(2, input, kernel_size, stride, padding, dilation, ceil_mode,
                        return_indices)
+
+
+def _unpool_size(input, n, kernel_size, stride, padding, output_size, where):
+    """PyTorch's output size: (L - 1) * stride - 2 * padding + kernel, or output_size (its last
+    n entries) when it lies strictly within one stride of that."""
+    k = _tuple(kernel_size, n, "kernel_size")
+    s = k if stride is None else _tuple(stride, n, "stride")
+    p = _tuple(padding, n, "padding")
+    default = [(L - 1) * si - 2 * pi + ki
+               for L, ki, si, pi in zip(input.shape[input.ndim - n:], k, s, p)]
+    if output_size is None:
+        return tuple(default)
+    size = tuple(int(o) for o in output_size)
+    if len(size) in (n + 1, n + 2):  # (C, *spatial) or (N, C, *spatial), as torch accepts
+        size = size[-n:]
+    if len(size) != n:
+        raise ValueError(f"{where}: output_size must have {n} or {n + 2} elements, got "
+                         f"{tuple(output_size)}")
+    for o, dflt, si in zip(size, default, s):
+        if not dflt - si < o < dflt + si:
+            raise ValueError(f"{where}: invalid output_size {tuple(output_size)} (each spatial "
+                             f"size must lie strictly between {[a - b for a, b in zip(default, s)]}"
+                             f" and {[a + b for a, b in zip(default, s)]})")
+    return size
+
+
+def _max_unpoolnd(n, input, indices, kernel_size, stride, padding, output_size):
+    """Scatters each value to its flat index in a zero (.., *output_size) plane."""
+    where = f"max_unpool{n}d"
+    input, indices = jnp.asarray(input), jnp.asarray(indices)
+    if input.ndim not in (n + 1, n + 2):
+        raise ValueError(f"{where}: expected a {n + 1}-d or {n + 2}-d input, got shape "
+                         f"{tuple(input.shape)}")
+    if indices.shape != input.shape or not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise ValueError(f"{where}: expected integer indices of the input's shape "
+                         f"{tuple(input.shape)}, got {indices.dtype} {tuple(indices.shape)}")
+    size = _unpool_size(input, n, kernel_size, stride, padding, output_size, where)
+    plane = int(np.prod(size))
+    if not isinstance(indices, jax.core.Tracer) and indices.size:
+        concrete = np.asarray(indices)  # numpy: no traced ops even when called under jit
+        low, high = int(concrete.min()), int(concrete.max())
+        if low < 0 or high >= plane:  # JAX would silently drop such writes
+            raise ValueError(f"{where}: indices must lie in [0, {plane}) for output size {size}, "
+                             f"got values in [{low}, {high}]")
+    lead = input.shape[:input.ndim - n]
+    rows = int(np.prod(lead))
+    out = _scatter_rows(input.reshape(rows, -1), indices.reshape(rows, -1).astype(jnp.int32), plane)
+    return out.reshape(lead + size)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _scatter_rows(values, index, plane):
+    """out[r, index[r, j]] = values[r, j] in a zero (rows, plane) array."""
+    rows = jnp.arange(values.shape[0])[:, None]
+    return jnp.zeros((values.shape[0], plane), values.dtype).at[rows, index].set(values)
+
+
+def _scatter_rows_fwd(values, index, plane):
+    return _scatter_rows(values, index, plane), index
+
+
+def _scatter_rows_bwd(plane, index, grad):
+    # PyTorch's backward gathers the output gradient at every index, also where overlapping
+    # windows sent several values to one position (only one of them landed); autodiff of the
+    # scatter would give the overwritten ones no gradient.
+    return jnp.take_along_axis(grad, index, axis=1), None
+
+
+_scatter_rows.defvjp(_scatter_rows_fwd, _scatter_rows_bwd)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpoolnd(1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpoolnd(2, input, indices, kernel_size, stride, padding, output_size)
 
 
 def _avg_divisor(length, out, k, s, p, count_include_pad):
@@ -220,16 +328,15 @@ class _MaxPool(_Pool):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False):
         super().__init__()
-        if return_indices:
-            raise NotImplementedError(f"{type(self).__name__}(return_indices=True)")
         self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
         self.padding, self.dilation = padding, dilation
         self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, input):
+        """The pooled input, and with return_indices its (int32) flat indices per plane."""
         self._check(input)
         return _max_poolnd(self._n, input, self.kernel_size, self.stride, self.padding,
-                           self.dilation, self.ceil_mode, False)
+                           self.dilation, self.ceil_mode, self.return_indices)
 
     def extra_repr(self):
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -241,6 +348,32 @@ class MaxPool1d(_MaxPool):
 
 
 class MaxPool2d(_MaxPool):
+    _n = 2
+
+
+class _MaxUnpool(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def forward(self, input, indices, output_size=None):
+        self._check(input)
+        if tuple(indices.shape) != tuple(input.shape):
+            raise self._input_error("indices of the input's shape", tuple(input.shape),
+                                    f"shape {tuple(indices.shape)}")
+        return _max_unpoolnd(self._n, input, indices, self.kernel_size, self.stride,
+                             self.padding, output_size)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    _n = 1
+
+
+class MaxUnpool2d(_MaxUnpool):
     _n = 2
 
 

@@ -61,6 +61,8 @@ from jaxdl.nn._pool import (  # noqa: F401
     max_pool1d,
     max_pool2d,
     max_pool3d,
+    max_unpool1d,
+    max_unpool2d,
 )
 from jaxdl.nn._reduction import REDUCTIONS as _REDUCTIONS
 from jaxdl.nn._reduction import reduce_loss as _reduce
