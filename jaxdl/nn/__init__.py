@@ -28,6 +28,7 @@ from jaxdl.nn._loss import (
     BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
+    CTCLoss,
     HuberLoss,
     KLDivLoss,
     L1Loss,
@@ -78,5 +79,5 @@ __all__ = [
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
     "functional", "init", "parallel", "utils",
     # torch.nn layers added after the first release
-    "Fold", "MaxUnpool1d", "MaxUnpool2d", "Unfold",
+    "CTCLoss", "Fold", "MaxUnpool1d", "MaxUnpool2d", "Unfold",
 ]

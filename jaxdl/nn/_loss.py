@@ -121,3 +121,21 @@ class KLDivLoss(_Loss):
     def forward(self, input, target):
         self._check_same_shape(input, target)
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class CTCLoss(_Loss):
+    """CTC loss; forward(log_probs (T, N, C), targets, input_lengths, target_lengths)."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        self._check_input(log_probs, (2, 3))
+        if targets.ndim not in (1, 2):
+            raise self._input_error("targets of rank", "1-d or 2-d", f"shape {tuple(targets.shape)}")
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                          self.reduction, self.zero_infinity)
+
+    def extra_repr(self):
+        return f"blank={self.blank}, reduction={self.reduction!r}, zero_infinity={self.zero_infinity}"
