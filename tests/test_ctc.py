@@ -90,8 +90,8 @@ def test_module_matches_torch_and_runs_under_jit_with_traced_lengths():
     flat = np.concatenate([t[:n] for t, n in zip(targets, lengths_out)])
     for kwargs in (dict(), dict(blank=0, reduction="sum", zero_infinity=True)):
         ours, theirs = nn.CTCLoss(**kwargs), torch.nn.CTCLoss(**kwargs)
-        check_functional(lambda x, *r: ours(jax.nn.log_softmax(x, -1), *r),
-                         lambda x, *r: theirs(x.log_softmax(-1), *r), [logits],
+        check_functional(lambda x, *r, m=ours: m(jax.nn.log_softmax(x, -1), *r),
+                         lambda x, *r, m=theirs: m(x.log_softmax(-1), *r), [logits],
                          [flat, lengths_in, lengths_out])
     expected = TF.ctc_loss(torch.tensor(logits).log_softmax(-1), torch.tensor(flat),
                            torch.tensor(lengths_in), torch.tensor(lengths_out))

@@ -21,6 +21,7 @@ from jaxdl.nn._conv import (  # noqa: F401
     conv_transpose2d,
     pad,
 )
+from jaxdl.nn._ctc import ctc_loss  # noqa: F401
 from jaxdl.nn._distance import (  # noqa: F401
     cosine_embedding_loss,
     cosine_similarity,
