@@ -144,3 +144,27 @@ def pair(name: str, *args, **kwargs):
     """(torch.nn.<name>(*args, **kwargs), jaxdl.nn.<name>(*args, **kwargs)), torch seeded 0."""
     torch.manual_seed(0)
     return getattr(torch.nn, name)(*args, **kwargs), getattr(dl.nn, name)(*args, **kwargs)
+
+
+def check_forward(torch_module, jax_module, inputs, *, mode: str = "eval", tol: float = 1e-5):
+    """Forward outputs and buffers after the call, without gradients (one compiled jaxdl call):
+    the cheap check for large models whose gradients are checked elsewhere, and for train-mode
+    BatchNorm whose bias gradients are zero up to rounding (a BatchNorm downstream removes any
+    per-channel shift), so that check_twin would compare noise. Returns the jaxdl outputs."""
+    training = mode == "train"
+    jax_module.load_state_dict(torch_module.state_dict())
+    torch_module.train(training)
+    jax_module.train(training)
+    with torch.no_grad():
+        expected = flatten(torch_module(*[torch.tensor(x) if isinstance(x, np.ndarray) else x
+                                          for x in inputs]))
+    call = dl.jit(lambda m, *xs: m(*xs), donate=False)
+    leaves = flatten(call(jax_module, *[jnp.asarray(x) if isinstance(x, np.ndarray) else x
+                                        for x in inputs]))
+    assert len(leaves) == len(expected), f"[{mode}] {len(leaves)} outputs, torch {len(expected)}"
+    for k, (a, e) in enumerate(zip(leaves, expected)):
+        assert_close(a, e, f"[{mode}] output {k}", tol)
+    t_buffers = dict(torch_module.named_buffers())
+    for name, value in jax_module.named_buffers():
+        assert_close(value, t_buffers[name], f"[{mode}] buffer {name} after the call", tol)
+    return leaves

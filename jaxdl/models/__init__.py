@@ -2,6 +2,7 @@
 
 from jaxdl.models._digits import cnn, mlp  # importing registers them
 from jaxdl.models._imagenet import alexnet, googlenet, overfeat, vgg11, vgg16, vgg19
+from jaxdl.models._mobilenet import mobilenet_v2
 from jaxdl.models._registry import (
     ModelEntry,
     get_model,
@@ -9,6 +10,8 @@ from jaxdl.models._registry import (
     model_entry,
     register_model,
 )
+from jaxdl.models._resnet import resnet18, resnet50
 
 __all__ = ["ModelEntry", "alexnet", "cnn", "get_model", "googlenet", "list_models", "mlp",
-           "model_entry", "overfeat", "register_model", "vgg11", "vgg16", "vgg19"]
+           "mobilenet_v2", "model_entry", "overfeat", "register_model", "resnet18", "resnet50",
+           "vgg11", "vgg16", "vgg19"]

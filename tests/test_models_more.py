@@ -1,0 +1,102 @@
+"""ResNet-18/50, MobileNetV2, GPT, NCF and GNMT (jaxdl.models) against their PyTorch twins."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+from torch_twin import check_forward, check_twin, rand
+
+import jaxdl as dl
+from jaxdl import models
+from jaxdl.models import _resnet
+
+# torchvision's published parameter counts (1000 classes).
+TORCHVISION_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenet_v2": 3_504_872}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compiles():
+    """Each compiled step here runs once, so XLA's optimisation passes cost more than they save
+    (ResNet-18's forward and backward compile in half the time without them)."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def _count(module):
+    return sum(int(np.prod(p.shape)) for _, p in module.named_parameters())
+
+
+def _twin_pair(name, **kwargs):
+    """(torch twin seeded 0, weightless jaxdl model): check_twin copies the twin's weights."""
+    torch.manual_seed(0)
+    twin = models.model_entry(name).torch_twin(**kwargs)
+    model = dl.memory.abstract_model(models.get_model, name, **kwargs)
+    assert list(model.state_dict()) == list(twin.state_dict())
+    return twin, model
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))
+def test_parameter_counts_match_torchvision(name):
+    model = dl.memory.abstract_model(models.get_model, name)
+    twin = models.model_entry(name).torch_twin()
+    assert _count(model) == _count(twin) == TORCHVISION_PARAMS[name]
+    assert list(model.state_dict()) == list(twin.state_dict())
+
+
+def test_resnet_state_dict_names_are_torchvisions():
+    r18 = dl.memory.abstract_model(models.resnet18).state_dict()
+    r50 = dl.memory.abstract_model(models.resnet50).state_dict()
+    assert {"conv1.weight", "bn1.running_var", "layer1.1.conv2.weight", "layer2.0.downsample.0.weight",
+            "layer4.1.bn2.num_batches_tracked", "fc.weight", "fc.bias"} <= set(r18)
+    assert "layer1.0.downsample.0.weight" not in r18  # 64 -> 64 channels at stride 1: no shortcut conv
+    assert {"layer1.0.downsample.1.running_mean", "layer3.5.conv3.weight",
+            "layer4.2.bn3.bias"} <= set(r50)
+    assert r50["layer4.0.conv2.weight"].shape == (512, 512, 3, 3)
+    assert r50["fc.weight"].shape == (1000, 2048)
+
+
+def test_resnet18_matches_torch_twin(rng):
+    """Train mode (batch statistics, running updates, gradients of every parameter), then eval.
+
+    64x64 keeps 2x2 maps in layer4: at 1x1 with batch 2, train-mode BatchNorm amplifies float32
+    rounding past 1e-4 (torch in float32 itself is that far from float64 there)."""
+    twin, model = _twin_pair("resnet18", num_classes=5, width=0.25)
+    x = rand(rng, 2, 3, 64, 64)
+    check_twin(twin, model, [x], modes=("train",), jit=True, fwd_tol=1e-4, grad_tol=1e-3)
+    assert check_forward(twin, model, [x], tol=1e-4)[0].shape == (2, 5)
+
+
+def test_resnet50_matches_torch_twin(rng):
+    """The full-depth network forward in eval mode; gradients through every Bottleneck variant
+    (channel-changing shortcut at stride 1 and 2, identity shortcut) on a 1-2-1-1 block stack."""
+    twin, model = _twin_pair("resnet50", num_classes=5, width=0.125)
+    assert check_forward(twin, model, [rand(rng, 2, 3, 64, 64)], tol=1e-4)[0].shape == (2, 5)
+    torch.manual_seed(0)
+    twin = _resnet.TORCH().ResNet("bottleneck", (1, 2, 1, 1), num_classes=5, width=0.125)
+    model = dl.memory.abstract_model(_resnet.JAXDL.ResNet, "bottleneck", (1, 2, 1, 1), num_classes=5,
+                                     width=0.125)
+    check_twin(twin, model, [rand(rng, 2, 3, 64, 64)], modes=("train",), jit=True, fwd_tol=1e-4,
+               grad_tol=1e-3)
+
+
+def test_mobilenet_v2_state_dict_names_are_torchvisions():
+    sd = dl.memory.abstract_model(models.mobilenet_v2).state_dict()
+    assert {"features.0.0.weight", "features.0.1.running_mean", "features.1.conv.0.0.weight",
+            "features.1.conv.1.weight", "features.1.conv.2.bias", "features.2.conv.0.0.weight",
+            "features.2.conv.1.0.weight", "features.2.conv.2.weight", "features.17.conv.3.bias",
+            "features.18.0.weight", "features.18.1.num_batches_tracked", "classifier.1.weight"} <= set(sd)
+    assert sd["features.2.conv.1.0.weight"].shape == (96, 1, 3, 3)  # depthwise over 16 * 6 channels
+    assert sd["features.18.0.weight"].shape == (1280, 320, 1, 1)
+
+
+def test_mobilenet_v2_matches_torch_twin(rng):
+    """Train-mode forward (batch statistics, running updates), eval mode with gradients: depthwise
+    convs, ReLU6, inverted residuals with and without the skip. (In train mode the projection
+    BatchNorms' bias gradients are zero up to rounding: the next block's BatchNorm removes them.)"""
+    twin, model = _twin_pair("mobilenet_v2", num_classes=5, width_mult=0.25, dropout=0.0)
+    x = rand(rng, 2, 3, 64, 64)
+    check_forward(twin, model, [x], mode="train", tol=1e-4)
+    out = check_twin(twin, model, [x], modes=("eval",), jit=True, fwd_tol=1e-4, grad_tol=1e-3)
+    assert out[0].shape == (2, 5)
