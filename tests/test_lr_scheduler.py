@@ -206,3 +206,94 @@ def test_one_cycle_turns_on_momentum_of_sgd_built_without_it():
     for name, value in twin.state_dict().items():
         np.testing.assert_allclose(np.asarray(model.state_dict()[name]), value.numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+# ---- torch's chainable semantics: hand edits, chained schedulers, groups added later -------------
+
+# After these epochs the lr of every group is scaled by hand (on both sides); 29/30 and 89/90 sit
+# around cosine-periodic's minima, 119 at cosine's, where torch's chain restarts additively.
+EDITS = {5: 0.5, 29: 3.0, 30: 0.5, 47: 2.0, 89: 0.25, 90: 1.5, 119: 0.5}
+EDITED = [c for c in CASES if not c[0].startswith("onecycle")]
+
+
+def edited_history(opt, step, schedulers, edits=EDITS):
+    """lr of every group after each step, scaling the lrs by hand after the epochs in `edits`."""
+    rows = [[float(lr) for lr in schedulers[-1].get_last_lr()]]
+    for epoch in range(1, STEPS + 1):
+        step()
+        rows.append([float(g["lr"]) for g in opt.param_groups])
+        if epoch in edits:
+            for group in opt.param_groups:
+                group["lr"] = float(group["lr"]) * edits[epoch]
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("case", EDITED, ids=[c[0] for c in EDITED])
+def test_hand_edited_lr_carries_forward_as_in_torch(case, jit):
+    _, name, options, factory = case
+    _, opt, topt = make_optimizers(name, options)
+    ours, theirs = factory(sched, opt), factory(tsched, topt)
+    step = dl.jit(lambda s: s.step()) if jit else (lambda s: s.step())
+    got = edited_history(opt, lambda: step(ours), [ours])
+    want = edited_history(topt, theirs.step, [theirs])
+    np.testing.assert_allclose(got, want, rtol=2e-6 if jit else 1e-6, atol=1e-12)
+    if jit:
+        assert step.trace_count == 1
+
+
+CHAINS = [
+    ("step+exponential", lambda m, o: [m.StepLR(o, step_size=9, gamma=0.5), m.ExponentialLR(o, 0.98)]),
+    ("warmup+cosine", lambda m, o: [m.LinearLR(o, start_factor=0.1, total_iters=10),
+                                    m.CosineAnnealingLR(o, T_max=40, eta_min=1e-3)]),
+    ("multistep+constant", lambda m, o: [m.MultiStepLR(o, [20, 50, 50]), m.ConstantLR(o, 0.5, 30)]),
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["both-stepped", "ChainedScheduler"])
+@pytest.mark.parametrize("chain", CHAINS, ids=[c[0] for c in CHAINS])
+def test_two_schedulers_on_one_optimizer_chain_as_in_torch(chain, wrapped, jit):
+    _, factory = chain
+    _, opt, topt = make_optimizers("SGD", {})
+    ours, theirs = factory(sched, opt), factory(tsched, topt)
+    if wrapped:
+        ours, theirs = [sched.ChainedScheduler(ours)], [tsched.ChainedScheduler(theirs)]
+
+    def step_all(schedulers):
+        for scheduler in schedulers:
+            scheduler.step()
+
+    step = dl.jit(lambda *schedulers: step_all(schedulers)) if jit else (lambda *s: step_all(s))
+    got = edited_history(opt, lambda: step(*ours), ours, edits={60: 2.0})
+    want = edited_history(topt, lambda: step_all(theirs), theirs, edits={60: 2.0})
+    np.testing.assert_allclose(got, want, rtol=2e-6 if jit else 1e-6, atol=1e-12)
+    if jit:
+        assert step.trace_count == 1
+
+
+@pytest.mark.parametrize("factory", [lambda m, o: m.StepLR(o, step_size=4, gamma=0.7),
+                                     lambda m, o: m.ExponentialLR(o, gamma=0.9),
+                                     lambda m, o: m.ReduceLROnPlateau(o, patience=1)],
+                         ids=["step", "exponential", "plateau"])
+def test_group_added_after_the_scheduler_is_scheduled_as_in_torch(factory):
+    model, opt, topt = make_optimizers("SGD", {})
+    twin = torch.nn.Linear(2, 2)
+    dl.manual_seed(1)
+    extra = nn.Linear(2, 2)
+    ours, theirs = factory(sched, opt), factory(tsched, topt)
+    plateau = isinstance(ours, sched.ReduceLROnPlateau)
+    step = dl.jit(lambda s, v: s.step(v) if plateau else s.step())
+    got, want = [], []
+    for epoch in range(30):
+        if epoch == 10:
+            opt.add_param_group({"params": extra.parameters(), "lr": 0.3})
+            topt.add_param_group({"params": twin.parameters(), "lr": 0.3})
+        step(ours, np.float32(1.0))  # a metric that never improves: the plateau reduces
+        theirs.step(1.0) if plateau else theirs.step()
+        got.append([float(g["lr"]) for g in opt.param_groups])
+        want.append([g["lr"] for g in topt.param_groups])
+    assert [len(r) for r in got] == [len(r) for r in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-6)
+    assert want[-1][2] < 0.3  # the added group was scheduled
