@@ -29,12 +29,14 @@ from jaxdl.nn._distance import (  # noqa: F401
     hinge_embedding_loss,
     margin_ranking_loss,
     multi_margin_loss,
+    multilabel_margin_loss,
     multilabel_soft_margin_loss,
     pairwise_distance,
     pdist,
     poisson_nll_loss,
     soft_margin_loss,
     triplet_margin_loss,
+    triplet_margin_with_distance_loss,
 )
 from jaxdl.nn._embedding import embedding, embedding_bag, one_hot  # noqa: F401
 from jaxdl.nn._fold import fold, unfold  # noqa: F401
@@ -59,6 +61,7 @@ from jaxdl.nn._pool import (  # noqa: F401
     avg_pool3d,
     lp_pool1d,
     lp_pool2d,
+    lp_pool3d,
     max_pool1d,
     max_pool2d,
     max_pool3d,
@@ -289,7 +292,8 @@ def _fresh_key(key, input, what):
     if isinstance(input, jax.core.Tracer):
         raise ValueError(
             f"F.{what} inside a traced function needs key=...: the global key stream would be "
-            f"frozen into the compiled code. Use the nn.{what.capitalize()} module instead."
+            f"frozen into the compiled code. Pass a key, or use the module form (e.g. nn.Dropout, "
+            f"nn.AlphaDropout), whose key stream is threaded through dl.jit."
         )
     return next_key()
 
@@ -324,6 +328,54 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, key=None):
     """Zeroes whole channels (axis 1 of (N, C, ...)) with probability p, scaling the rest."""
     return _dropout(input, p, training, key, input.shape[:2] + (1,) * (input.ndim - 2), "dropout2d")
+
+
+# SELU's negative saturation value -scale * alpha: alpha dropout sets dropped units to it.
+_SELU_SATURATION = 1.7580993408473766
+
+
+def _alpha_dropout(input, p, training, key, mask_shape, what):
+    """Drop to SELU's saturation value, then an affine map a x + b that keeps zero mean and unit
+    variance for standardised inputs (Klambauer et al. 2017; PyTorch's constants)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return jnp.zeros_like(input)
+    keep = jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
+    a = ((_SELU_SATURATION ** 2 * p + 1) * (1 - p)) ** -0.5
+    return (jnp.where(keep, input, -_SELU_SATURATION) * a + _SELU_SATURATION * a * p).astype(
+        input.dtype)
+
+
+def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False, *,
+                  key=None):
+    return _alpha_dropout(input, p, training, key, input.shape, "alpha_dropout")
+
+
+def feature_alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False, *,
+                          key=None):
+    """Alpha dropout of whole channels (axis 1 of (N, C, ...))."""
+    shape = input.shape[:2] + (1,) * (input.ndim - 2)
+    return _alpha_dropout(input, p, training, key, shape, "feature_alpha_dropout")
+
+
+def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1,
+                   *, key=None):
+    """softmax((logits + Gumbel noise) / tau); with hard=True the one-hot of its argmax in the
+    forward pass and the soft sample's gradient (straight-through). `eps` is unused, as in
+    PyTorch."""
+    gumbels = jax.random.gumbel(_fresh_key(key, logits, "gumbel_softmax"), logits.shape,
+                                jnp.promote_types(logits.dtype, jnp.float32)).astype(logits.dtype)
+    soft = softmax((logits + gumbels) / tau, dim=dim)
+    if not hard:
+        return soft
+    axis = dim % logits.ndim
+    index = jnp.argmax(soft, axis=axis, keepdims=True)
+    one_hot_ = (jnp.arange(logits.shape[axis]).reshape((-1,) + (1,) * (logits.ndim - axis - 1))
+                == index).astype(soft.dtype)
+    return one_hot_ - jax.lax.stop_gradient(soft) + soft
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
