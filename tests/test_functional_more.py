@@ -59,6 +59,15 @@ CASES = {
     "multi_margin_loss": ("multi_margin_loss", [arr(4, 6)], [rng.integers(0, 6, 4)],
                           dict(p=2, margin=0.7, weight=np.linspace(0.5, 1.5, 6).astype(np.float32))),
     "upsample_bilinear": ("upsample_bilinear", [arr(1, 2, 3, 4)], [], dict(scale_factor=2)),
+    "lp_pool3d": ("lp_pool3d", [arr(2, 2, 5, 4, 7, positive=True)], [],
+                  dict(norm_type=2, kernel_size=(2, 3, 2), stride=(2, 1, 3), ceil_mode=True)),
+    "multilabel_margin_loss": ("multilabel_margin_loss", [arr(3, 5)],
+                               [np.array([[3, 0, -1, 1, 4], [1, 2, 3, 4, 0], [-1, 2, 2, 1, 0]])], {}),
+    "multilabel_margin_loss-1d-none": ("multilabel_margin_loss", [arr(4)], [np.array([2, 2, -1, 0])],
+                                       dict(reduction="none")),
+    "triplet_margin_with_distance_loss": ("triplet_margin_with_distance_loss",
+                                          [arr(4, 5), arr(4, 5), arr(4, 5)], [],
+                                          dict(margin=0.7, swap=True, reduction="sum")),
 }
 
 

@@ -20,7 +20,7 @@ from jaxdl.nn._activation import (
 from jaxdl.nn._attention import MultiheadAttention
 from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
 from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
-from jaxdl.nn._dropout import Dropout, Dropout2d
+from jaxdl.nn._dropout import AlphaDropout, Dropout, Dropout2d, FeatureAlphaDropout
 from jaxdl.nn._embedding import Embedding, EmbeddingBag
 from jaxdl.nn._fold import Fold, Unfold
 from jaxdl.nn._linear import Bilinear, Identity, Linear
@@ -33,8 +33,10 @@ from jaxdl.nn._loss import (
     KLDivLoss,
     L1Loss,
     MSELoss,
+    MultiLabelMarginLoss,
     NLLLoss,
     SmoothL1Loss,
+    TripletMarginWithDistanceLoss,
 )
 from jaxdl.nn._norm import (
     BatchNorm1d,
@@ -79,5 +81,6 @@ __all__ = [
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
     "functional", "init", "parallel", "utils",
     # torch.nn layers added after the first release
-    "CTCLoss", "Fold", "MaxUnpool1d", "MaxUnpool2d", "Unfold",
+    "AlphaDropout", "CTCLoss", "FeatureAlphaDropout", "Fold", "MaxUnpool1d", "MaxUnpool2d",
+    "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "Unfold",
 ]

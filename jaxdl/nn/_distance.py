@@ -106,3 +106,43 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
     terms = jnp.where(jnp.arange(x.shape[1])[None] == y[:, None], 0.0, terms)
     loss = jnp.sum(terms, axis=1) / x.shape[1]
     return _reduce(loss if input.ndim == 2 else loss[0], reduction)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin: float = 1.0, swap: bool = False,
+                                      reduction: str = "mean"):
+    """max(0, margin + d(a, p) - d(a, n)) with any distance d (default pairwise_distance)."""
+    if margin <= 0:
+        raise ValueError(f"triplet_margin_with_distance_loss: margin must be greater than 0, "
+                         f"got {margin}")
+    shapes = [tuple(jnp.shape(x)) for x in (anchor, positive, negative)]
+    if len({len(s) for s in shapes}) != 1:
+        raise ValueError(f"triplet_margin_with_distance_loss: anchor, positive and negative must "
+                         f"have the same number of dimensions, got shapes {shapes}")
+    distance = pairwise_distance if distance_function is None else distance_function
+    d_pos, d_neg = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        d_neg = jnp.minimum(d_neg, distance(positive, negative))
+    return _reduce(jnp.maximum(margin + d_pos - d_neg, 0.0), reduction)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """sum over target classes j and non-target classes i of max(0, 1 - (x[j] - x[i])) / C.
+
+    `target` holds class indices, ended by the first -1 (the rest is ignored), as PyTorch.
+    """
+    input, target = jnp.asarray(input), jnp.asarray(target)
+    if input.ndim not in (1, 2) or target.shape != input.shape:
+        raise ValueError(f"multilabel_margin_loss: expected input (C) or (N, C) and an integer "
+                         f"target of the same shape, got {tuple(input.shape)} and "
+                         f"{tuple(target.shape)}")
+    x, y = (input, target) if input.ndim == 2 else (input[None], target[None])
+    classes = x.shape[1]
+    listed = jnp.cumprod(y >= 0, axis=1).astype(bool)  # (N, J): entries before the first -1
+    safe = jnp.where(listed, y, 0)
+    is_target = jnp.any(listed[:, :, None] & (safe[:, :, None] == jnp.arange(classes)), axis=1)
+    picked = jnp.take_along_axis(x, safe, axis=1)  # (N, J)
+    hinge = jnp.maximum(1 - picked[:, :, None] + x[:, None, :], 0.0)  # (N, J, C)
+    hinge = jnp.where(listed[:, :, None] & ~is_target[:, None, :], hinge, 0.0)
+    loss = jnp.sum(hinge, axis=(1, 2)) / classes
+    return _reduce(loss if input.ndim == 2 else loss[0], reduction)

@@ -1,4 +1,4 @@
-"""Dropout, Dropout2d: draw its masks from the module's own key stream."""
+"""Dropout, Dropout2d, AlphaDropout, FeatureAlphaDropout: masks from the module's own key stream."""
 
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
@@ -38,4 +38,20 @@ class Dropout2d(Dropout):
 
     def forward(self, input):
         self._check_input(input, (3, 4))
+        return super().forward(input)
+
+
+class AlphaDropout(Dropout):
+    """Alpha dropout for SELU networks: keeps zero mean and unit variance in training mode."""
+
+    _functional = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout):
+    """Alpha dropout of whole channels (axis 1 of (N, C, ...))."""
+
+    _functional = staticmethod(F.feature_alpha_dropout)
+
+    def forward(self, input):
+        self._check_input(input, (2, 3, 4, 5))
         return super().forward(input)

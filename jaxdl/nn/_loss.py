@@ -139,3 +139,36 @@ class CTCLoss(_Loss):
 
     def extra_repr(self):
         return f"blank={self.blank}, reduction={self.reduction!r}, zero_infinity={self.zero_infinity}"
+
+
+class MultiLabelMarginLoss(_Loss):
+    def forward(self, input, target):
+        self._check_input(input, (1, 2))
+        if tuple(target.shape) != tuple(input.shape):
+            raise self._input_error("target of shape", tuple(input.shape), tuple(target.shape))
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet loss with any distance (a callable of two arrays, e.g. a jaxdl function or module;
+    None is F.pairwise_distance)."""
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
+                 reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: margin must be greater than 0, "
+                             f"got {margin}")
+        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+
+    def forward(self, anchor, positive, negative):
+        for name, x in (("positive", positive), ("negative", negative)):
+            if x.ndim != anchor.ndim:
+                raise self._input_error(f"{name} of the anchor's rank", anchor.ndim,
+                                        f"shape {tuple(x.shape)} (anchor {tuple(anchor.shape)})")
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function,
+            margin=self.margin, swap=self.swap, reduction=self.reduction)
+
+    def extra_repr(self):
+        return f"margin={self.margin}, swap={self.swap}, reduction={self.reduction!r}"

@@ -249,6 +249,10 @@ def lp_pool2d(input, norm_type: float, kernel_size, stride=None, ceil_mode=False
     return _lp_poolnd(2, input, norm_type, kernel_size, stride, ceil_mode)
 
 
+def lp_pool3d(input, norm_type: float, kernel_size, stride=None, ceil_mode=False):
+    return _lp_poolnd(3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
 def _lp_poolnd(n, input, norm_type, kernel_size, stride, ceil_mode):
     k = _tuple(kernel_size, n, "kernel_size")
     window = float(np.prod(k))
