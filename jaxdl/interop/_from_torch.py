@@ -124,7 +124,27 @@ def _transformer_stack(torch, module, path, convert):
     return cls(first, len(module.layers), norm=norm)
 
 
+def _pairwise_distance(torch, module, path, convert):
+    return nn.PairwiseDistance(module.norm, module.eps, module.keepdim)  # torch stores p as `norm`
+
+
+def _triplet_with_distance(torch, module, path, convert):
+    """torch keeps its distance as a child module (PairwiseDistance() by default)."""
+    distance = module.distance_function
+    if isinstance(distance, torch.nn.Module):
+        distance = convert(distance, _join(path, "distance_function"))
+    elif distance is not None and distance is not torch.nn.functional.pairwise_distance:
+        raise NotImplementedError(
+            f"from_torch: {_describe(path, module)} uses distance_function={distance!r}, a "
+            "Python callable that cannot be converted; build nn.TripletMarginWithDistanceLoss "
+            "with its jaxdl equivalent by hand")
+    return nn.TripletMarginWithDistanceLoss(distance_function=distance, margin=module.margin,
+                                            swap=module.swap, reduction=module.reduction)
+
+
 _SPECIAL = {
+    "PairwiseDistance": _pairwise_distance,
+    "TripletMarginWithDistanceLoss": _triplet_with_distance,
     "Sequential": _sequential,
     "ModuleList": _module_list,
     "ModuleDict": _module_dict,

@@ -20,6 +20,7 @@ from jaxdl.nn._activation import (
 from jaxdl.nn._attention import MultiheadAttention
 from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
 from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from jaxdl.nn._distance import CosineSimilarity, PairwiseDistance
 from jaxdl.nn._dropout import AlphaDropout, Dropout, Dropout2d, FeatureAlphaDropout
 from jaxdl.nn._embedding import Embedding, EmbeddingBag
 from jaxdl.nn._fold import Fold, Unfold
@@ -81,6 +82,6 @@ __all__ = [
     "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
     "functional", "init", "parallel", "utils",
     # torch.nn layers added after the first release
-    "AlphaDropout", "CTCLoss", "FeatureAlphaDropout", "Fold", "MaxUnpool1d", "MaxUnpool2d",
-    "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "Unfold",
+    "AlphaDropout", "CTCLoss", "CosineSimilarity", "FeatureAlphaDropout", "Fold", "MaxUnpool1d",
+    "MaxUnpool2d", "MultiLabelMarginLoss", "PairwiseDistance", "TripletMarginWithDistanceLoss", "Unfold",
 ]

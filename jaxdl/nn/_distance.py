@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 
+from jaxdl._module import Module
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
@@ -146,3 +147,23 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     hinge = jnp.where(listed[:, :, None] & ~is_target[:, None, :], hinge, 0.0)
     loss = jnp.sum(hinge, axis=(1, 2)) / classes
     return _reduce(loss if input.ndim == 2 else loss[0], reduction)
+
+
+class PairwiseDistance(Module):
+    """|x1 - x2 + eps|_p over the last axis (a distance for TripletMarginWithDistanceLoss)."""
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim  # torch names the order `norm`
+
+    def forward(self, x1, x2):
+        return pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return cosine_similarity(x1, x2, self.dim, self.eps)
