@@ -36,6 +36,27 @@ def test_max_pool_indices_match_torch(n, case):
     assert indices.dtype == np.int32
 
 
+def test_with_indices_aliases():
+    x = rand(np.random.default_rng(5), 1, 2, 5, 5)
+    for n, arg in ((1, x[0]), (2, x)):
+        ours = getattr(F, f"max_pool{n}d_with_indices")(arg, 2)
+        theirs = getattr(TF, f"max_pool{n}d_with_indices")(torch.tensor(arg), 2)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(np.asarray(a), b.numpy())
+
+
+def test_3d_indices_and_unpool_match_torch():
+    x = rand(np.random.default_rng(6), 1, 2, 5, 4, 6)
+    kwargs = dict(kernel_size=(2, 3, 2), stride=(2, 1, 2), padding=(1, 1, 0), ceil_mode=True,
+                  return_indices=True)
+    _, indices = check_functional(F.max_pool3d, TF.max_pool3d, [x], kwargs=kwargs)
+    np.testing.assert_array_equal(np.asarray(indices),
+                                  TF.max_pool3d(torch.tensor(x), **kwargs)[1].numpy())
+    _, t_idx = TF.max_pool3d(torch.tensor(x), 2, return_indices=True)
+    check_functional(F.max_unpool3d, TF.max_unpool3d, [rand(np.random.default_rng(7), *t_idx.shape)],
+                     [t_idx.numpy()], dict(kernel_size=2, output_size=(5, 4, 6)))
+
+
 def test_ties_pick_the_first_maximum_as_torch():
     x = np.zeros((1, 1, 4, 5), np.float32)
     x[0, 0, 1, 1] = x[0, 0, 1, 2] = 3.0

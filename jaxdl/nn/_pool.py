@@ -193,6 +193,26 @@ def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_siz
     return _max_unpoolnd(2, input, indices, kernel_size, stride, padding, output_size)
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    """torch's always-with-indices form: (values, int32 flat indices)."""
+    return _max_poolnd(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_poolnd(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_poolnd(3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpoolnd(3, input, indices, kernel_size, stride, padding, output_size)
+
+
 def _avg_divisor(length, out, k, s, p, count_include_pad):
     """Per-output window sizes along one axis: PyTorch counts explicit padding (when asked)
     but never the ceil-mode overhang."""

@@ -63,10 +63,14 @@ from jaxdl.nn._pool import (  # noqa: F401
     lp_pool2d,
     lp_pool3d,
     max_pool1d,
+    max_pool1d_with_indices,
     max_pool2d,
+    max_pool2d_with_indices,
     max_pool3d,
+    max_pool3d_with_indices,
     max_unpool1d,
     max_unpool2d,
+    max_unpool3d,
 )
 from jaxdl.nn._reduction import REDUCTIONS as _REDUCTIONS
 from jaxdl.nn._reduction import reduce_loss as _reduce
