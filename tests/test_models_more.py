@@ -126,10 +126,13 @@ def test_gpt_is_causal_and_bounded_by_its_context():
         model(jnp.zeros((1, 9), jnp.int32))
 
 
-def test_gpt_default_config_size():
-    assert _count(dl.memory.abstract_model(models.gpt)) == 842_496  # documented in _gpt.py
+def test_gpt_default_config_size_and_full_context(rng):
+    """The documented size; eval mode over the whole context (torch under no_grad: its
+    inference path for TransformerEncoderLayer)."""
     assert _count(dl.memory.abstract_model(models.gpt, tie_weights=False)) == 842_496 + 256 * 128
-    assert _count(models.model_entry("gpt").torch_twin()) == 842_496
+    twin, model = _twin_pair("gpt")
+    assert _count(model) == _count(twin) == 842_496  # documented in _gpt.py
+    check_forward(twin, model, [rng.integers(0, 256, (2, 128))], tol=1e-4)
 
 
 @pytest.mark.parametrize("dropout,mode", [(0.0, "train"), (0.5, "eval")])
