@@ -9,6 +9,7 @@ from torch_twin import assert_close, check_twin, pair, rand
 
 import jaxdl.nn.functional as F
 from jaxdl import nn
+from jaxdl.nn import _conv as conv_module
 
 CONV2D = [  # (in, out, kernel, options), odd sizes and strides that do not divide
     (3, 4, 3, {}),
@@ -22,6 +23,7 @@ CONV2D = [  # (in, out, kernel, options), odd sizes and strides that do not divi
     (2, 4, 3, {"padding": (2, 1), "padding_mode": "replicate", "stride": 2}),
     (2, 4, 3, {"padding": 1, "padding_mode": "circular"}),
     (2, 4, 4, {"padding": "same", "padding_mode": "reflect"}),
+    (8, 4, 3, {"stride": 2, "padding": 1}),  # wide patches: XLA forward, matmul weight grad
 ]
 
 
@@ -55,6 +57,33 @@ def test_conv3d_and_unbatched_and_batch_one(rng):
 def test_conv_transpose2d_matches_torch(opts, rng):
     t, j = pair("ConvTranspose2d", 4, 6, 3, **opts)
     check_twin(t, j, [rand(rng, 2, 4, 5, 6)], modes=("train",))
+
+
+def test_conv_transpose2d_dilated_with_output_padding(rng):
+    t, j = pair("ConvTranspose2d", 3, 5, (3, 2), stride=2, padding=2, dilation=2, output_padding=1)
+    check_twin(t, j, [rand(rng, 2, 3, 4, 5)], modes=("train",))
+
+
+def test_conv_transpose3d_matches_torch(rng):
+    t, j = pair("ConvTranspose3d", 2, 3, (2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1),
+                output_padding=(0, 1, 0))
+    check_twin(t, j, [rand(rng, 1, 2, 3, 4, 3)], modes=("train",))
+
+
+@pytest.fixture
+def xla_convolutions(monkeypatch):
+    """Route every convolution through XLA's convolution, the formulation used off CPU."""
+    monkeypatch.setattr(conv_module, "_on_cpu", lambda groups: False)
+
+
+@pytest.mark.parametrize("name,args,opts,shape", [
+    ("Conv2d", (3, 4, 3), {"stride": 2, "padding": 1}, (2, 3, 7, 8)),
+    ("Conv2d", (8, 4, 3), {"dilation": 2}, (2, 8, 9, 9)),
+    ("ConvTranspose2d", (4, 6, 3), {"stride": 2, "padding": 1, "output_padding": 1}, (2, 4, 5, 6)),
+])
+def test_xla_formulation_matches_torch(name, args, opts, shape, rng, xla_convolutions):
+    t, j = pair(name, *args, **opts)
+    check_twin(t, j, [rand(rng, *shape)], modes=("train",))
 
 
 def test_conv_transpose1d_matches_torch(rng):

@@ -29,6 +29,16 @@ def test_pool_matches_torch(name, args, opts, rng):
     check_twin(t, j, [rand(rng, *shape)], modes=("train",))
 
 
+@pytest.mark.parametrize("opts", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1},
+                                  {"kernel_size": 2, "stride": 1, "dilation": 2}])
+def test_max_pool_gradient_on_ties_goes_where_torch_puts_it(opts, rng):
+    """Rounded inputs make many windows hold their maximum twice: torch sends the gradient
+    to the first maximum in window order, and so must we (not split it)."""
+    t, j = pair("MaxPool2d", **opts)
+    x = np.round(rand(rng, 2, 3, 7, 8)).astype(np.float32)
+    check_twin(t, j, [x], modes=("train",))
+
+
 def test_pool_unbatched_and_length_one(rng):
     t, j = pair("MaxPool1d", 1)
     check_twin(t, j, [rand(rng, 3, 1)], modes=("train",))

@@ -19,7 +19,7 @@ from jaxdl.nn._activation import (
 )
 from jaxdl.nn._attention import MultiheadAttention
 from jaxdl.nn._container import ModuleDict, ModuleList, Sequential
-from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from jaxdl.nn._conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from jaxdl.nn._distance import CosineSimilarity, PairwiseDistance
 from jaxdl.nn._dropout import AlphaDropout, Dropout, Dropout2d, FeatureAlphaDropout
 from jaxdl.nn._embedding import Embedding, EmbeddingBag
@@ -72,7 +72,8 @@ from jaxdl.nn._transformer import (
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d", "AvgPool2d", "BCELoss",
     "BCEWithLogitsLoss", "BatchNorm1d", "BatchNorm2d", "Bilinear", "Buffer", "Conv1d", "Conv2d",
-    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "CrossEntropyLoss", "Dropout", "Dropout2d", "ELU",
+    "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "CrossEntropyLoss", "Dropout",
+    "Dropout2d", "ELU",
     "Embedding", "EmbeddingBag", "Flatten", "GELU", "GRU", "GRUCell", "GroupNorm", "Hardswish",
     "HuberLoss", "Identity", "InstanceNorm2d", "KLDivLoss", "L1Loss", "LSTM", "LSTMCell", "LayerNorm",
     "LeakyReLU", "Linear", "LocalResponseNorm", "LogSoftmax", "MSELoss", "MaxPool1d", "MaxPool2d",

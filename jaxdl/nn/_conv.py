@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jaxdl import amp
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
+from jaxdl.nn import _conv_cpu
 from jaxdl.nn.init import bias_uniform, default_weight
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
@@ -62,6 +63,20 @@ def _padding_pairs(padding, kernel, dilation, stride, n):
     return [(p, p) for p in _tuple(padding, n, "padding")]
 
 
+def _on_cpu(groups):
+    """Whether the matrix-product formulation of `_conv_cpu` applies (grouped convolutions
+    and other backends keep XLA's convolution)."""
+    return groups == 1 and jax.default_backend() == "cpu"
+
+
+def _to_last(x, n):
+    return jnp.transpose(x, (0, *range(2, n + 2), 1))
+
+
+def _to_first(x, n):
+    return jnp.transpose(x, (0, n + 1, *range(1, n + 1)))
+
+
 def _channels_last_conv(x, w, stride, pairs, n, **options):
     """Convolution of channels-first x (N, C, *S) with w (O, I, *K), computed channels-last.
 
@@ -70,11 +85,10 @@ def _channels_last_conv(x, w, stride, pairs, n, **options):
     consecutive layers, and on GPU XLA's layout assignment absorbs them.
     """
     letters = "DHW"[3 - n:]
-    to_last = (0, *range(2, n + 2), 1)
     y = jax.lax.conv_general_dilated(
-        jnp.transpose(x, to_last), jnp.transpose(w, (*range(2, n + 2), 1, 0)), stride, pairs,
+        _to_last(x, n), jnp.transpose(w, (*range(2, n + 2), 1, 0)), stride, pairs,
         dimension_numbers=("N" + letters + "C", letters + "IO", "N" + letters + "C"), **options)
-    return jnp.transpose(y, (0, n + 1, *range(1, n + 1)))
+    return _to_first(y, n)
 
 
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
@@ -86,8 +100,13 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
-    out = _channels_last_conv(x, weight.astype(x.dtype), stride, pairs, n, rhs_dilation=dilation,
-                              feature_group_count=groups)
+    if _on_cpu(groups):
+        x_last = jnp.pad(_to_last(x, n), [(0, 0), *pairs, (0, 0)])
+        w_last = jnp.transpose(weight.astype(x.dtype), (*range(2, n + 2), 1, 0))
+        out = _to_first(_conv_cpu.conv(x_last, w_last, stride, dilation), n)
+    else:
+        out = _channels_last_conv(x, weight.astype(x.dtype), stride, pairs, n,
+                                  rhs_dilation=dilation, feature_group_count=groups)
     if bias is not None:
         out = out + bias.reshape((-1,) + (1,) * n)
     return out[0] if unbatched else out
@@ -109,8 +128,8 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    """The gradient of a convolution: dilate the input by `stride`, convolve with the flipped,
-    transposed kernel, padding each side by dilation * (k - 1) - padding (+ output_padding)."""
+    """The gradient of a convolution with respect to its input (see the two formulations
+    below)."""
     input, weight, bias = amp.lower(input, weight, bias)
     stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
     padding = _tuple(padding, n, "padding")
@@ -122,6 +141,32 @@ def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, g
                 f"dilation {dilation}")
     unbatched = input.ndim == n + 1
     x = input[None] if unbatched else input
+    if _on_cpu(groups):
+        out = _conv_transpose_cpu(x, weight.astype(x.dtype), stride, padding, output_padding,
+                                  dilation, n)
+    else:
+        out = _conv_transpose_xla(x, weight.astype(x.dtype), stride, padding, output_padding,
+                                  groups, dilation, n)
+    if bias is not None:
+        out = out + bias.reshape((-1,) + (1,) * n)
+    return out[0] if unbatched else out
+
+
+def _conv_transpose_cpu(x, weight, stride, padding, output_padding, dilation, n):
+    """The adjoint of a convolution over the padded output image (output_padding widens it
+    at the far end), cropped by `padding` on each side."""
+    kernel = weight.shape[2:]
+    full = [(size - 1) * s + d * (k - 1) + 1 + op for size, s, d, k, op in
+            zip(x.shape[2:], stride, dilation, kernel, output_padding)]
+    w_last = jnp.transpose(weight, (*range(2, n + 2), 1, 0))  # (*k, out, in)
+    y = _conv_cpu.conv_transpose(_to_last(x, n), w_last, stride, dilation, full)
+    y = y[(slice(None), *(slice(p, size - p) for p, size in zip(padding, full)))]
+    return _to_first(y, n)
+
+
+def _conv_transpose_xla(x, weight, stride, padding, output_padding, groups, dilation, n):
+    """Dilate the input by `stride`, convolve with the flipped, transposed kernel, padding each
+    side by dilation * (k - 1) - padding (+ output_padding)."""
     c_in, c_out_g, *kernel = weight.shape
     # (in, out/g, *k) -> (out, in/g, *k), spatially flipped.
     w = weight.reshape(groups, c_in // groups, c_out_g, *kernel)
@@ -129,11 +174,8 @@ def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, g
     w = jnp.flip(w, axis=tuple(range(2, 2 + n)))
     pairs = [(d * (k - 1) - p, d * (k - 1) - p + op)
              for k, d, p, op in zip(kernel, dilation, padding, output_padding)]
-    out = _channels_last_conv(x, w.astype(x.dtype), (1,) * n, pairs, n, lhs_dilation=stride,
-                              rhs_dilation=dilation, feature_group_count=groups)
-    if bias is not None:
-        out = out + bias.reshape((-1,) + (1,) * n)
-    return out[0] if unbatched else out
+    return _channels_last_conv(x, w, (1,) * n, pairs, n, lhs_dilation=stride,
+                               rhs_dilation=dilation, feature_group_count=groups)
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
@@ -147,6 +189,13 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      dilation=1):
     """Transposed 2-d convolution; weight (C_in, C_out/groups, kH, kW)."""
     return _conv_transposend(2, input, weight, bias, stride, padding, output_padding, groups,
+                             dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed 3-d convolution; weight (C_in, C_out/groups, kD, kH, kW)."""
+    return _conv_transposend(3, input, weight, bias, stride, padding, output_padding, groups,
                              dilation)
 
 
@@ -261,3 +310,7 @@ class ConvTranspose1d(_ConvTranspose):
 
 class ConvTranspose2d(_ConvTranspose):
     _n = 2
+
+
+class ConvTranspose3d(_ConvTranspose):
+    _n = 3

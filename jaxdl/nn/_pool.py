@@ -6,6 +6,7 @@ Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
 
 import functools
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,11 @@ def _window_geometry(input, n, kernel_size, stride, padding, dilation, ceil_mode
     return k, s, pairs, d, outs
 
 
+# Windows larger than this are reduced with reduce_window (one select per element of the
+# window would make very long fusions).
+_MAX_SLICED_WINDOW = 64
+
+
 def _reduce(input, n, init, op, k, s, pairs):
     lead = input.ndim - n
     # A Python scalar init keeps reduce_window differentiable inside shard_map as well.
@@ -68,15 +74,18 @@ def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, ret
                                             ceil_mode)
     if return_indices:
         return _max_pool_with_indices(input, n, k, s, pairs, d, outs)
-    if all(di == 1 for di in d):
+    if math.prod(k) > _MAX_SLICED_WINDOW and all(di == 1 for di in d):
         return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs)
-    # JAX has no gradient for dilated reduce_window max: take the max of one strided slice
-    # per kernel offset instead.
+    # One strided slice per kernel offset, kept by a select when strictly greater (or NaN):
+    # the gradient then goes to torch's element, the first maximum in window order, and
+    # it is a sum of selects that XLA fuses. reduce_window's gradient (select_and_scatter)
+    # is lowered on CPU to index arrays and a scatter that took 40% of a small CNN's step
+    # (docs/design.md); for dilated windows JAX has no reduce_window gradient at all.
     lead = input.ndim - n
     x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
     out = None
     for view in _window_views(x, lead, k, d, s, outs):
-        out = view if out is None else jnp.maximum(out, view)
+        out = view if out is None else jnp.where((view > out) | jnp.isnan(view), view, out)
     return out
 
 

@@ -19,6 +19,7 @@ from jaxdl.nn._conv import (  # noqa: F401
     conv3d,
     conv_transpose1d,
     conv_transpose2d,
+    conv_transpose3d,
     pad,
 )
 from jaxdl.nn._ctc import ctc_loss  # noqa: F401
