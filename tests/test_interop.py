@@ -106,6 +106,7 @@ def test_from_torch_recurrent_attention_and_transformer(rng):
     torch.manual_seed(0)
     t = tnn.ModuleDict({
         "lstm": tnn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True),
+        "proj": tnn.LSTM(4, 6, num_layers=2, proj_size=3, batch_first=True),
         "gru": tnn.GRU(4, 5, bias=False),
         "rnn": tnn.RNN(4, 3, nonlinearity="relu"),
         "cell": tnn.GRUCell(4, 3),
@@ -124,7 +125,7 @@ def test_from_torch_recurrent_attention_and_transformer(rng):
     t.eval()
     j.eval()
     x = rand(rng, 2, 5, 4)
-    for name in ("lstm", "gru", "rnn"):
+    for name in ("lstm", "proj", "gru", "rnn"):
         report = dl.interop.compare(t[name], j[name], x, loss_fn=lambda out: (out[0] ** 2).sum())
         assert report.ok, str(report)
     lstm_rows = [row.path for row in report.rows if row.kind == "output"]
@@ -173,8 +174,6 @@ def test_unsupported_modules_raise_naming_path_and_type():
         dl.interop.from_torch(tnn.Sequential(tnn.Sequential(tnn.ReLU(), tnn.PixelShuffle(2))))
     with pytest.raises(NotImplementedError, match=r"bn \(.*BatchNorm2d\) uses bias=False"):
         dl.interop.from_torch(tnn.ModuleDict({"bn": tnn.BatchNorm2d(3, bias=False)}))
-    with pytest.raises(NotImplementedError, match=r"<root> \(.*LSTM\).*proj_size"):
-        dl.interop.from_torch(tnn.LSTM(3, 4, proj_size=2))
     with pytest.raises(TypeError, match="torch.nn.Module"):
         dl.interop.from_torch(nn.Linear(2, 2))
 
