@@ -68,6 +68,9 @@ def main(argv=None) -> int:
         parser.error("--compare-torch needs PyTorch: pip install 'jaxdl[torch]'")
     from jaxdl import models
 
+    if args.data not in models.model_entry(args.model).datasets:
+        parser.error(f"model '{args.model}' does not take the {args.data} data's inputs; models "
+                     f"for {args.data}: {', '.join(models.models_for(args.data))}")
     if args.compare_torch:
         import torch
 

@@ -71,6 +71,14 @@ def test_unknown_names_list_the_valid_choices(capsys, flag, bad, valid):
     assert all(f"'{name}'" in err for name in valid)
 
 
+def test_a_model_that_does_not_take_the_data_names_the_ones_that_do(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "--model", "resnet18", "--data", "digits"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "model 'resnet18' does not take the digits data's inputs; models for digits: cnn, mlp" in err
+
+
 def test_amp_flag(tmp_path, capsys):
     if importlib.util.find_spec("jaxdl.amp") is None:
         with pytest.raises(SystemExit):

@@ -11,10 +11,11 @@ from jaxdl.models._registry import (
     get_model,
     list_models,
     model_entry,
+    models_for,
     register_model,
 )
 from jaxdl.models._resnet import resnet18, resnet50
 
 __all__ = ["ModelEntry", "alexnet", "cnn", "get_model", "gnmt", "googlenet", "gpt", "list_models", "mlp",
-           "mobilenet_v2", "model_entry", "ncf", "overfeat", "register_model", "resnet18", "resnet50",
-           "vgg11", "vgg16", "vgg19"]
+           "mobilenet_v2", "model_entry", "models_for", "ncf", "overfeat", "register_model", "resnet18",
+           "resnet50", "vgg11", "vgg16", "vgg19"]

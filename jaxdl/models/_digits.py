@@ -70,11 +70,13 @@ class DigitsCNN(nn.Module):
         return self.fc(x.reshape(x.shape[0], -1))
 
 
-@register_model("mlp", torch_twin=_torch_mlp, description="2-layer MLP for 8x8 digits")
+@register_model("mlp", torch_twin=_torch_mlp, description="2-layer MLP for 8x8 digits",
+                datasets=("digits",))
 def mlp(num_classes=10, hidden=128):
     return DigitsMLP(num_classes, hidden)
 
 
-@register_model("cnn", torch_twin=_torch_cnn, description="2-conv CNN for 8x8 digits")
+@register_model("cnn", torch_twin=_torch_cnn, description="2-conv CNN for 8x8 digits",
+                datasets=("digits",))
 def cnn(num_classes=10):
     return DigitsCNN(num_classes)

@@ -10,24 +10,27 @@ class ModelEntry:
 
     `torch_twin(**kwargs)` returns a `torch.nn.Module` with the same state_dict
     keys and shapes as `build(**kwargs)`, so weights copy across one to one.
+    `datasets` names the `jaxdl train --data` sets whose inputs the default build takes.
     """
 
     name: str
     build: Callable
     torch_twin: Callable | None = None
     description: str = ""
+    datasets: tuple[str, ...] = ()
 
 
 _MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(name: str, *, torch_twin: Callable | None = None, description: str = ""):
+def register_model(name: str, *, torch_twin: Callable | None = None, description: str = "",
+                   datasets: tuple[str, ...] = ()):
     """Decorator: registers `build(**kwargs) -> nn.Module` under `name`."""
 
     def decorate(build):
         if name in _MODELS:
             raise ValueError(f"model '{name}' is already registered")
-        _MODELS[name] = ModelEntry(name, build, torch_twin, description)
+        _MODELS[name] = ModelEntry(name, build, torch_twin, description, tuple(datasets))
         return build
 
     return decorate
@@ -36,6 +39,11 @@ def register_model(name: str, *, torch_twin: Callable | None = None, description
 def list_models() -> list[str]:
     """Names of all registered models, sorted."""
     return sorted(_MODELS)
+
+
+def models_for(dataset: str) -> list[str]:
+    """Names of the models whose default build takes `dataset`'s inputs, sorted."""
+    return sorted(name for name, entry in _MODELS.items() if dataset in entry.datasets)
 
 
 def model_entry(name: str) -> ModelEntry:
