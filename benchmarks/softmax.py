@@ -3,7 +3,10 @@
 Milakov & Gimelshein's setup: float32, batch 4000 and 10, V doubling from 64 up to
 1M (as far as `--max-elements` allows), k = 5. Each case runs every contender side by
 side in one process with fixed thread counts (XLA and torch alike), after a warm-up
-call (compilation is not timed), and reports the median of repeats.
+call (compilation is not timed), in rounds that call every contender once in a shuffled
+order, so that a busy spell on a shared machine hits all of them alike; ratios are
+medians of per-round ratios. Timed calls are forward only (no gradients); the jax
+contenders are jitted.
 
     python benchmarks/softmax.py            # the full run (minutes; an idle machine)
     python benchmarks/softmax.py --quick    # smoke run
@@ -48,14 +51,27 @@ torch.set_num_threads(ARGS.threads)
 K = 5
 
 
-def _median_seconds(fn, sync, min_time):
-    sync(fn())  # warm-up (and compilation for jax)
-    times = []
-    while sum(times) < min_time or len(times) < 3:
-        start = time.perf_counter()
-        sync(fn())
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def _interleaved_seconds(calls, min_time, min_rounds=5):
+    """Time contenders side by side: each round calls every one once, in a shuffled order.
+
+    On a shared machine a slow spell then hits every contender alike. Returns per
+    contender the median seconds and the median over rounds of (its time / the first
+    contender's time in the same round), so ratios compare calls made moments apart.
+    """
+    for fn, sync in calls:
+        sync(fn())  # warm-up (and compilation for jax)
+    times = [[] for _ in calls]
+    order = list(range(len(calls)))
+    random = np.random.default_rng(1)
+    while len(times[0]) < min_rounds or min(map(sum, times)) < min_time:
+        random.shuffle(order)
+        for i in order:
+            fn, sync = calls[i]
+            start = time.perf_counter()
+            sync(fn())
+            times[i].append(time.perf_counter() - start)
+    base = np.asarray(times[0])
+    return [(float(np.median(t)), float(np.median(np.asarray(t) / base))) for t in times]
 
 
 def _jax_sync(out):
@@ -132,21 +148,24 @@ def main():
         x = jnp.asarray(rng.normal(size=(batch, vocab)).astype(np.float32) * 3)
         labels = jnp.asarray(rng.integers(0, vocab, size=batch).astype(np.int32))
         for op, contenders in _contenders(x, labels).items():
-            base = None
-            for name, (fn, args, sync) in contenders.items():
-                seconds = _median_seconds(lambda fn=fn, args=args: fn(*args), sync, min_time)
-                ours = base is None
-                base = seconds if ours else base
+            calls = [(lambda fn=fn, args=args: fn(*args), sync)
+                     for fn, args, sync in contenders.values()]
+            timed = _interleaved_seconds(calls, min_time)
+            for (name, _), (seconds, ratio) in zip(contenders.items(), timed):
+                ours = name == next(iter(contenders))
                 records.append(dict(op=op, impl=name, batch=batch, V=vocab, seconds=seconds,
-                                    elements_per_s=batch * vocab / seconds))
-                speedup = "" if ours else f"{seconds / base:6.2f}x"
+                                    elements_per_s=batch * vocab / seconds,
+                                    time_vs_ops=None if ours else ratio))
+                speedup = "" if ours else f"{ratio:6.2f}x"
                 print(f"{op:14} {batch:5} {vocab:8}  {name:26} {seconds * 1e3:9.3f} "
                       f"{batch * vocab / seconds / 1e9:8.3f} {speedup:>7}")
         del x
     out = pathlib.Path(ARGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(threads=ARGS.threads, k=K, quick=ARGS.quick, jax=jax.__version__,
-                torch=torch.__version__, note="x base = contender time / ops time (>1: ops faster)")
+                torch=torch.__version__,
+                note="time_vs_ops (x base): median over interleaved rounds of contender time / "
+                     "ops time in the same round (>1: ops faster); seconds: median per contender")
     out.write_text(json.dumps(dict(meta=meta, records=records), indent=1))
     _plot(records, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")

@@ -119,6 +119,44 @@ def test_large_magnitudes(rng, impl):
     _check_family(x, impl, tol=1e-5)
 
 
+def _far_from_seed_rows(rng, n):
+    """Rows that defeat the XLA path's one-pass shift (a lower bound of the row max read
+    from the first columns and, for cross-entropy, the label's logit) and make it fall
+    back to the exact max-shifted passes."""
+    x = np.array(_normal(rng, (6, n)))
+    x[0, -1] = 300.0  # exp(x - seed) overflows float32
+    x[1, :16] = -np.inf  # the seed is -inf
+    x[2, :] = -np.inf
+    x[3, n // 2] = np.nan
+    x[4, -1] = 80.0  # exp(x - seed) is finite but huge: no fallback needed
+    return jnp.asarray(x)
+
+
+@pytest.mark.parametrize("n", [300, 9000])  # 9000: softmax takes its one-pass path too
+def test_xla_one_pass_shift_falls_back_exactly(rng, n):
+    x = _far_from_seed_rows(rng, n)
+    _close(ops.softmax(x, impl=XLA), jax.nn.softmax(x))
+    _close(ops.log_softmax(x, impl=XLA), jax.nn.log_softmax(x), 1e-5)
+    _close(ops.logsumexp(x, impl=XLA), jax.nn.logsumexp(x, axis=-1), 1e-5)
+    fast = x[4:]  # rows that keep the one-pass result
+    _close(ops.logsumexp(fast, impl=XLA), jax.nn.logsumexp(fast, axis=-1), 1e-5)
+    _close(ops.log_softmax(fast, impl=XLA), jax.nn.log_softmax(fast), 1e-5)
+    _close(ops.softmax(fast, impl=XLA), jax.nn.softmax(fast))
+    labels = jnp.asarray([0, 5, 7, 1, 2, n - 1])
+    _close(ops.cross_entropy(x, labels, reduction="none", impl=XLA),
+           optax.softmax_cross_entropy_with_integer_labels(x, labels), 1e-5)
+
+
+def test_xla_one_pass_under_vmap_and_jit(rng):
+    x = _far_from_seed_rows(rng, 300)[None].repeat(2, axis=0)
+    _close(jax.vmap(lambda r: ops.logsumexp(r, impl=XLA))(x), jax.nn.logsumexp(x, axis=-1), 1e-5)
+    _close(jax.vmap(lambda r: ops.softmax(r, impl=XLA))(x), jax.nn.softmax(x))
+    # labels out of range are only caught when concrete; under jit they give nan, as optax
+    labels = jnp.asarray([0, 300, 2, 1, 7, 9])
+    loss = jax.jit(lambda x, y: ops.cross_entropy(x, y, reduction="none", impl=XLA))(x[0], labels)
+    _close(loss, optax.softmax_cross_entropy_with_integer_labels(x[0], labels), 1e-5)
+
+
 # ---- softmax + top-k ------------------------------------------------------------------------
 
 
