@@ -244,6 +244,94 @@ def test_prefetch_onto_a_sharding_and_a_device():
     assert x.devices() == {device}
 
 
+# ---- batches handed to jax without a copy ----------------------------------------------------
+def image_dataset(n):
+    """Sample i is a (3, 64, 64) image filled with i and label i: a batch of 4 images is
+    192 KiB, enough that workers send it through shared memory rather than pickled."""
+    return data.TensorDataset(np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None],
+                                              (n, 3, 64, 64)).copy(), np.arange(n, dtype=np.int32))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batches_stay_intact_while_later_batches_are_made(num_workers):
+    loader = data.DataLoader(image_dataset(24), batch_size=4, shuffle=True, seed=5,
+                             num_workers=num_workers)
+    kept = [batch for _ in range(2) for batch in loader]  # two epochs, every batch held
+    loader.close()
+    expected = np.concatenate([data.epoch_order(24, e, 5) for e in range(2)]).reshape(-1, 4)
+    assert len(kept) == len(expected)
+    for (x, y), labels in zip(kept, expected):
+        np.testing.assert_array_equal(np.asarray(y), labels)
+        np.testing.assert_array_equal(np.asarray(x), np.broadcast_to(
+            labels[:, None, None, None].astype(np.float32), (4, 3, 64, 64)))
+    pointers = [x.unsafe_buffer_pointer() for x, _ in kept]
+    assert len(set(pointers)) == len(pointers)  # no two live batches share memory
+
+
+def test_main_process_batches_are_adopted_by_jax_without_a_copy(monkeypatch):
+    from jaxdl.data import _loader
+
+    allocated, aligned_empty = [], _loader._aligned_empty
+
+    def recording_aligned_empty(shape, dtype):
+        out = aligned_empty(shape, dtype)
+        allocated.append(out.ctypes.data)
+        return out
+
+    monkeypatch.setattr(_loader, "_aligned_empty", recording_aligned_empty)
+    loader = data.DataLoader(image_dataset(12), batch_size=4, device=jax.devices("cpu")[0])
+    batches = list(loader)
+    # Each image batch lies in the buffer it was collated into (64-byte aligned, which
+    # XLA's CPU client needs to alias it), one fresh buffer per batch.
+    assert [x.unsafe_buffer_pointer() for x, _ in batches] == allocated
+    assert all(p % 64 == 0 for p in allocated)
+    np.testing.assert_array_equal(np.asarray(batches[2][0])[:, 0, 0, 0], [8, 9, 10, 11])
+
+
+def test_a_batch_that_fails_to_collate_leaves_no_shared_memory_behind(monkeypatch):
+    import gc
+
+    from jaxdl.data import _loader
+
+    names, shared_empty = [], _loader._shared_empty
+
+    def recording_shared_empty(shape, dtype):
+        out = shared_empty(shape, dtype)
+        names.append(out.shm.name)
+        return out
+
+    monkeypatch.setattr(_loader, "_shared_empty", recording_shared_empty)
+
+    class RaggedLabels(data.Dataset):  # the images fit; the second field does not
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return np.zeros((3, 64, 64), np.float32), np.zeros(3 if i != 2 else 4)
+
+    source = _loader._EpochBatches(RaggedLabels(), 4, 2, (8, 0, False, 0, 1), None,
+                                   in_workers=True)
+    with pytest.raises(ValueError, match="dataset index 2 has shape"):
+        source[0]
+    gc.collect()
+    assert len(names) == 1  # the images went to shared memory, and it is gone again
+    assert not os.path.exists(f"/dev/shm/{names[0].lstrip('/')}")
+
+
+def test_default_collate_gives_the_dtype_and_values_of_np_stack():
+    cases = [[1, 2], [1.5, 2.0], [True, False], [1 + 2j, 3j], [np.int32(1), np.int32(2)],
+             [np.float16(1), np.float16(2)], [1, 2.5], [np.int32(1), 2.5], [1, 2**63],
+             [np.zeros(3, np.float32), np.ones(3, np.float64)],  # promoted
+             [np.array(["a", "b"]), np.array(["xyz", "z"])],  # widest string kept
+             [np.zeros((0, 3)), np.zeros((0, 3))], [np.zeros((2, 0)), np.ones((2, 0))],
+             [np.arange(6).reshape(2, 3), np.arange(6, 12).reshape(2, 3)]]
+    for samples in cases:
+        expected = np.stack([np.asarray(s) for s in samples])
+        ours = data.default_collate(samples)
+        assert ours.dtype == expected.dtype, samples
+        np.testing.assert_array_equal(ours, expected)
+
+
 # ---- collate and bad input -------------------------------------------------------------------
 def test_default_collate_matches_torch_on_nested_samples():
     torch = pytest.importorskip("torch")

@@ -5,13 +5,20 @@ epoch `k // len(loader)`, and its samples are the `k % len(loader)`-th slice of
 that epoch's order (`epoch_order`). A grain `MapDataset` over that sequence is
 read by `mp_prefetch` worker processes, each taking every `num_workers`-th batch
 and grain interleaving them back in order, so any number of workers gives the
-same batches. The pipeline outlives an epoch (workers stay up and keep
-prefetching the next epoch) and is rebuilt only when the position jumps
-(`set_epoch`, `load_state_dict`, an epoch left early).
+same batches; without workers the main process reads that sequence directly.
+The pipeline outlives an epoch (workers stay up and keep prefetching the next
+epoch) and is rebuilt only when the position jumps (`set_epoch`,
+`load_state_dict`, an epoch left early).
+
+Batches are collated into memory that jax can adopt without a copy: 64-byte
+aligned buffers in the main process, shared memory in a worker (page-aligned,
+which grain passes on by name). `device_put` onto the CPU then aliases them, so
+each batch gets a fresh buffer that no later batch writes into.
 """
 
 import atexit
 import collections
+import itertools
 import math
 import signal
 import weakref
@@ -24,6 +31,14 @@ from jaxdl.data._dataset import IterableDataset
 
 # The batch sequence must have a length: enough epochs for any run.
 _MAX_EPOCHS = 2**20
+
+# XLA's CPU client uses a host buffer in place (`device_put` without a copy) only when its
+# data starts on a 64-byte boundary; numpy's large allocations often start 16 bytes past one.
+_ALIGN = 64
+
+# Arrays below this size travel from workers pickled through grain's queue: a shared
+# memory segment costs more system calls than copying a few kilobytes (labels).
+_MIN_SHARED_BYTES = 64 * 1024
 
 # Loaders whose workers may be running: stopped at exit (a garbage-collected loader
 # closes itself). The hook is registered after grain and multiprocessing are imported,
@@ -57,12 +72,16 @@ def epoch_order(num_samples, epoch, seed, shuffle=True, shard_index=0, num_shard
 class _EpochBatches:
     """Random-access source for grain: item k is the collated batch k of the whole run."""
 
-    def __init__(self, dataset, batch_size, batches_per_epoch, order_args, collate_fn):
+    def __init__(self, dataset, batch_size, batches_per_epoch, order_args, collate_fn,
+                 in_workers=False):
         self.dataset = dataset
         self.batch_size = batch_size
         self.batches_per_epoch = batches_per_epoch
         self.order_args = order_args  # (num_samples, seed, shuffle, shard_index, num_shards)
         self.collate_fn = collate_fn
+        # Where the default collate writes a batch: straight into shared memory in a worker
+        # (grain then sends it as is), else into aligned memory that jax can adopt.
+        self.allocate = _shared_empty if in_workers else _aligned_empty
         self._cached = (None, None)  # (epoch, order): a worker reads one epoch at a time
 
     def __len__(self):
@@ -77,10 +96,51 @@ class _EpochBatches:
     def __getitem__(self, k):
         epoch, j = divmod(int(k), self.batches_per_epoch)
         indices = self._order(epoch)[j * self.batch_size:(j + 1) * self.batch_size]
-        samples = [self.dataset[int(i)] for i in indices]
-        if self.collate_fn is None:
-            return collate_samples(samples, indices.tolist())
-        return self.collate_fn(samples)
+        indices = indices.tolist()  # Python ints, as torch's samplers give
+        samples = [self.dataset[i] for i in indices]
+        if self.collate_fn is not None:
+            return self.collate_fn(samples)
+        made = []
+
+        def allocate(shape, dtype):
+            made.append(self.allocate(shape, dtype))
+            return made[-1]
+
+        try:
+            return collate_samples(samples, indices, allocate=allocate)
+        except BaseException:
+            # A later field failed (e.g. ragged shapes): shared memory segments already made
+            # for earlier fields would outlive the batch that never gets sent.
+            for array in made:
+                if hasattr(array, "unlink_on_del"):
+                    array.unlink_on_del()
+            raise
+
+
+def _aligned_empty(shape, dtype):
+    """A fresh empty array whose data is `_ALIGN`-byte aligned (see `_ALIGN`).
+
+    Fresh per batch: a jax array made from it without a copy owns it from then on, so no
+    later batch may be written into the same memory.
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _shared_empty(shape, dtype):
+    """An empty array in a new shared memory segment (page-aligned), for large fields.
+
+    grain's workers copy every array of a batch into shared memory; one that is already
+    there is passed on by name, which saves that copy (as torch's workers stack into
+    shared memory). The main process maps it and `device_put` adopts it on CPU.
+    """
+    if math.prod(shape) * dtype.itemsize < _MIN_SHARED_BYTES:
+        return _aligned_empty(shape, dtype)
+    from grain.multiprocessing import SharedMemoryArray
+
+    return SharedMemoryArray(shape, dtype)
 
 
 class DataLoader:
@@ -241,7 +301,8 @@ class DataLoader:
 
     def _collate(self, samples):
         if self.collate_fn is None:
-            return collate_samples(samples, list(range(len(samples))), "stream position")
+            return collate_samples(samples, list(range(len(samples))), "stream position",
+                                   allocate=_aligned_empty)
         return self.collate_fn(samples)
 
     def _check_current(self, generation):
@@ -253,19 +314,26 @@ class DataLoader:
         if self._pipeline is not None and self._pipeline_next == start:
             return self._pipeline
         self.close()
-        import grain  # deferred: grain is the `data` extra and slow to import
-
         source = _EpochBatches(
             self.dataset, self.batch_size, len(self),
             (len(self.dataset), self.seed, self.shuffle, self.shard_index, self.num_shards),
-            self.collate_fn)
+            self.collate_fn, in_workers=self.num_workers > 0)
+        if not self.num_workers:
+            # In the main process grain's iterator would only add its per-element
+            # bookkeeping (statistics, metrics, tree walks: 0.1-0.4 ms a batch, several
+            # percent of the benchmark's epoch), so the batches are read straight off.
+            self._pipeline, self._pipeline_next = map(source.__getitem__, itertools.count(start)), start
+            return self._pipeline
+        import grain  # deferred: grain is the `data` extra and slow to import
+
         ds = grain.MapDataset.source(source)[start:].to_iter_dataset(
             grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))  # in memory: no threads
-        if self.num_workers:
-            _mark_absl_flags_parsed()
-            ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.num_workers, per_worker_buffer_size=max(self.prefetch, 1)),
-                worker_init_fn=_ignore_sigint)
+        _mark_absl_flags_parsed()
+        ds = grain.experimental.WithOptionsIterDataset(
+            ds, grain.experimental.DatasetOptions(min_shm_size=_MIN_SHARED_BYTES))
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(
+            num_workers=self.num_workers, per_worker_buffer_size=max(self.prefetch, 1)),
+            worker_init_fn=_ignore_sigint)
         self._pipeline, self._pipeline_next = iter(ds), start
         if not _open_loaders:
             atexit.unregister(_close_open_loaders)
@@ -282,10 +350,13 @@ class DataLoader:
                     raise ValueError(
                         f"DataLoader: a batch of shape {a.shape} does not split over the "
                         f"sharding; use drop_last=True or a batch_size it divides ({e})") from e
-        else:
-            def put(a):
-                return jax.device_put(a, self.device)
-        return jax.tree.map(lambda a: put(a) if isinstance(a, np.ndarray) else a, batch)
+            return jax.tree.map(lambda a: put(a) if isinstance(a, np.ndarray) else a, batch)
+        # One device_put for all arrays of the batch: a call costs tens of microseconds.
+        leaves, treedef = jax.tree.flatten(batch)
+        arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, np.ndarray)]
+        for i, placed in zip(arrays, jax.device_put([leaves[i] for i in arrays], self.device)):
+            leaves[i] = placed
+        return jax.tree.unflatten(treedef, leaves)
 
     def close(self):
         """Stops the worker processes (they restart on the next iteration)."""
