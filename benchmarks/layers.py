@@ -12,6 +12,7 @@ excluded from step times.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -26,7 +27,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import jaxdl as dl  # noqa: E402
+from jaxdl import _xla_options as xla_options  # noqa: E402
 from jaxdl import nn  # noqa: E402
+from jaxdl.nn import _conv as conv_module  # noqa: E402
+from jaxdl.nn import _pool as pool_module  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -140,6 +144,24 @@ def cnn_loss(conv, nhwc, params, x, y):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1))
 
 
+@contextlib.contextmanager
+def cpu_formulations(matmul_conv=True, sliced_pool=True, eigen_conv=True):
+    """Switch jaxdl's CPU choices (docs/design.md) off for the steps traced inside:
+    convolutions as matrix products, max-pool by strided slices, and the compiler option
+    that keeps convolutions out of YNNPACK."""
+    saved = conv_module._on_cpu, pool_module._MAX_SLICED_WINDOW, xla_options.xla_compiler_options
+    if not matmul_conv:
+        conv_module._on_cpu = lambda groups: False
+    if not sliced_pool:
+        pool_module._MAX_SLICED_WINDOW = 0
+    if not eigen_conv:
+        xla_options.xla_compiler_options = lambda: None
+    try:
+        yield
+    finally:
+        conv_module._on_cpu, pool_module._MAX_SLICED_WINDOW, xla_options.xla_compiler_options = saved
+
+
 def bench_conv_formulations(repeats, batch=64):
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
@@ -163,13 +185,18 @@ def bench_conv_formulations(repeats, batch=64):
     params = [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
               for m in mods]
     jx, jy = jnp.asarray(x), jnp.asarray(y)
-    variants = {"nchw": (conv_nchw, False), "nhwc_inside": (conv_nhwc_inside, False),
-                "im2col_dot": (conv_im2col, False), "nhwc_end_to_end": (conv_nhwc_end_to_end, True)}
-    for label, (conv, nhwc) in variants.items():
-        @jax.jit
-        def step(params, x, y, conv=conv, nhwc=nhwc):
+    eigen = dl.xla_compiler_options()  # convolutions kept out of YNNPACK, as dl.jit does
+    variants = {"nchw": (conv_nchw, False, None), "nhwc_inside": (conv_nhwc_inside, False, None),
+                "im2col_dot": (conv_im2col, False, None),
+                "nhwc_end_to_end": (conv_nhwc_end_to_end, True, None),
+                "nchw_eigen_conv": (conv_nchw, False, eigen),
+                "nhwc_end_to_end_eigen_conv": (conv_nhwc_end_to_end, True, eigen)}
+    for label, (conv, nhwc, options) in variants.items():
+        def loss_and_step(params, x, y, conv=conv, nhwc=nhwc):
             grads = jax.grad(lambda p: cnn_loss(conv, nhwc, p, x, y))(params)
             return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+
+        step = jax.jit(loss_and_step, compiler_options=options)
 
         steps[label] = lambda step=step: jax.block_until_ready(step(params, jx, jy))
     jnet = nn.Sequential(
@@ -180,14 +207,27 @@ def bench_conv_formulations(repeats, batch=64):
     jnet.load_state_dict(tnet.state_dict())
     jopt = dl.optim.SGD(jnet.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
+    # The module as shipped, and with each CPU formulation switched back to plain XLA
+    # (the switches only matter while the step is traced, on its first call).
+    module_variants = {
+        "jaxdl_nn_module": {},
+        "jaxdl_no_matmul_conv": {"matmul_conv": False},
+        "jaxdl_no_matmul_conv_ynn_conv": {"matmul_conv": False, "eigen_conv": False},
+        "jaxdl_no_matmul_conv_ynn_conv_reduce_window_pool": {
+            "matmul_conv": False, "eigen_conv": False, "sliced_pool": False},
+    }
+    for label, switches in module_variants.items():
+        @dl.jit
+        def jaxdl_step(model, opt, x, y):
+            loss, grads = dl.value_and_grad(lambda m: loss_fn(m(x), y))(model)
+            opt.step(grads)
+            return loss
 
-    @dl.jit
-    def jaxdl_step(model, opt, x, y):
-        loss, grads = dl.value_and_grad(lambda m: loss_fn(m(x), y))(model)
-        opt.step(grads)
-        return loss
+        def run(jaxdl_step=jaxdl_step, switches=switches):
+            with cpu_formulations(**switches):
+                return jax.block_until_ready(jaxdl_step(jnet, jopt, jx, jy))
 
-    steps["jaxdl_nn_module"] = lambda: jax.block_until_ready(jaxdl_step(jnet, jopt, jx, jy))
+        steps[label] = run
     return interleaved_medians(steps, repeats)
 
 

@@ -5,6 +5,7 @@ from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
 from jaxdl._transforms import checkpoint, grad, jit, value_and_grad, vmap
+from jaxdl._xla_options import xla_compiler_options
 
 __all__ = [
     "amp",
@@ -24,5 +25,6 @@ __all__ = [
     "save",
     "value_and_grad",
     "vmap",
+    "xla_compiler_options",
 ]
 __version__ = "0.1.0"

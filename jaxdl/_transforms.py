@@ -11,7 +11,7 @@ import functools
 
 import jax
 
-from jaxdl import _module, amp
+from jaxdl import _module, _xla_options, amp
 from jaxdl._gradients import Gradients
 from jaxdl._store import Stateful, UnthreadedStore, tracing_context
 
@@ -188,7 +188,8 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
                 lambda: self.fn(*call_args, **fixed_kwargs, **dyn_kw), stores, store_values
             )
 
-        return jax.jit(self._wrap(pure, dynamic, dyn_kwargs), donate_argnums=(0,) if self.donate else ())
+        return jax.jit(self._wrap(pure, dynamic, dyn_kwargs), donate_argnums=(0,) if self.donate else (),
+                       compiler_options=_xla_options.xla_compiler_options())
 
     def _wrap(self, pure, dynamic, dyn_kwargs):
         """Hook for subclasses to map the pure step over devices before compiling."""

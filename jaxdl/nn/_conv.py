@@ -64,9 +64,14 @@ def _padding_pairs(padding, kernel, dilation, stride, n):
 
 
 def _on_cpu(groups):
-    """Whether the matrix-product formulation of `_conv_cpu` applies (grouped convolutions
+    """Whether the matrix-product formulations of `_conv_cpu` apply (grouped convolutions
     and other backends keep XLA's convolution)."""
     return groups == 1 and jax.default_backend() == "cpu"
+
+
+def _narrow(weight):
+    """Whether a convolution's patches are narrow enough for `_conv_cpu.conv`."""
+    return math.prod(weight.shape[1:]) <= _conv_cpu.NARROW_PATCHES
 
 
 def _to_last(x, n):
@@ -100,7 +105,7 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
-    if _on_cpu(groups):
+    if _on_cpu(groups) and _narrow(weight):
         x_last = jnp.pad(_to_last(x, n), [(0, 0), *pairs, (0, 0)])
         w_last = jnp.transpose(weight.astype(x.dtype), (*range(2, n + 2), 1, 0))
         out = _to_first(_conv_cpu.conv(x_last, w_last, stride, dilation), n)

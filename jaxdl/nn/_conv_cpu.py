@@ -1,15 +1,10 @@
-"""Convolutions as matrix products, for XLA's CPU backend.
+"""Convolutions as matrix products, where XLA's CPU convolutions are slow.
 
-On CPU, XLA runs a convolution's weight gradient as one more convolution whose
-"kernel" is the whole output gradient; for layers with large feature maps that
-is its slowest kernel by far (docs/design.md: the layer-2 weight gradient of the
-benchmark CNN took 18.5 ms of a 27 ms layer). The same gradient is one matrix
-product of the input's patches with the output gradient, and XLA's CPU matrix
-products run near the machine's peak. Forward passes and input gradients stay
-XLA convolutions, except where the patches matrix is narrow (few input channels,
-as in a network's first layer), where the product is again faster.
-
-Transposed convolutions are the adjoint of the patches product: one matrix
+XLA's CPU convolution kernels lose to a matrix product in two cases measured in
+docs/design.md: convolutions with few input channels (a network's first layer:
+its patches matrix is narrow, the product runs near the machine's peak), and
+transposed convolutions, which XLA runs as a convolution over an input dilated
+with zeros. The latter are the adjoint of the patches product: one matrix
 product spreads every input pixel into its k*k window, then the windows are
 summed back into the image ("col2im", the transpose of `patches`).
 
@@ -17,15 +12,14 @@ Everything here is channels-last: x (N, *S, C), weights (*K, C_in, C_out).
 Only `groups == 1` comes here; `_conv.py` decides when.
 """
 
-import functools
 import itertools
 import math
 
 import jax
 import jax.numpy as jnp
 
-# Patches at most this wide (kernel volume * input channels) make the forward pass a
-# matrix product too: below it XLA's direct convolution loses (benchmarks/layers.py --conv).
+# Patches at most this wide (kernel volume * input channels) make a convolution a matrix
+# product on CPU; wider ones stay XLA convolutions (benchmarks/layers.py --conv).
 NARROW_PATCHES = 64
 
 
@@ -36,8 +30,8 @@ def _out_sizes(spatial, kernel, stride, dilation):
 
 def patches(x, kernel, stride, dilation):
     """(N, *S, C) -> (N, *out, prod(kernel) * C): for every output position, its window's
-    elements, kernel-offset-major then channel (the order of `weight_matrix`). Built from
-    one strided slice per kernel offset, which XLA fuses into a single copy."""
+    elements, kernel-offset-major then channel (the row order of w (*K, C, O) reshaped to
+    (-1, O)). One strided slice per kernel offset, stacked."""
     outs = _out_sizes(x.shape[1:-1], kernel, stride, dilation)
     views = []
     for offset in itertools.product(*map(range, kernel)):
@@ -53,41 +47,12 @@ def _flat(a):
     return a.reshape(-1, a.shape[-1])
 
 
-def _xla_conv(x, w, stride, dilation):
-    letters = "DHW"[3 - (x.ndim - 2):]
-    spec = ("N" + letters + "C", letters + "IO", "N" + letters + "C")
-    return jax.lax.conv_general_dilated(x, w, stride, "VALID", rhs_dilation=dilation,
-                                        dimension_numbers=spec)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def conv(x, w, stride, dilation):
-    """Valid (pre-padded) convolution of x (N, *S, C) with w (*K, C, O) -> (N, *out, O)."""
-    return _conv_fwd(x, w, stride, dilation)[0]
-
-
-def _conv_fwd(x, w, stride, dilation):
-    kernel, c_in = w.shape[:-2], w.shape[-2]
-    if math.prod(kernel) * c_in <= NARROW_PATCHES:
-        cols = patches(x, kernel, stride, dilation)
-        y = (_flat(cols) @ w.reshape(-1, w.shape[-1])).reshape(*cols.shape[:-1], w.shape[-1])
-    else:
-        y = _xla_conv(x, w, stride, dilation)
-    # Only x and w are kept: the patches are k*k times larger than x, so the backward
-    # pass rebuilds them rather than holding them through the forward pass.
-    return y, (x, w)
-
-
-def _conv_bwd(stride, dilation, residuals, dy):
-    x, w = residuals
+    """Valid (pre-padded) convolution of x (N, *S, C) with w (*K, C, O) -> (N, *out, O), as
+    one matrix product of x's patches. Autodiff gives the weight gradient as a product too
+    and keeps the patches (narrow by `NARROW_PATCHES`) for it."""
     cols = patches(x, w.shape[:-2], stride, dilation)
-    dw = jax.lax.dot_general(_flat(cols), _flat(dy), (((0,), (0,)), ((), ())))
-    _, input_vjp = jax.vjp(lambda x: _xla_conv(x, w, stride, dilation), x)
-    (dx,) = input_vjp(dy)
-    return dx, dw.reshape(w.shape).astype(w.dtype)
-
-
-conv.defvjp(_conv_fwd, _conv_bwd)
+    return (_flat(cols) @ w.reshape(-1, w.shape[-1])).reshape(*cols.shape[:-1], w.shape[-1])
 
 
 def conv_transpose(x, w, stride, dilation, spatial):

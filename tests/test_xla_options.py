@@ -1,0 +1,39 @@
+"""The compiler options dl.jit passes to XLA on CPU (jaxdl/_xla_options.py)."""
+
+import jax
+import jax.numpy as jnp
+
+import jaxdl as dl
+from jaxdl import _xla_options as xla_options
+from jaxdl import nn
+
+
+def _conv(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def test_options_keep_convolutions_out_of_ynnpack_and_dots_in():
+    options = dl.xla_compiler_options()
+    assert options is not None, "this XLA no longer accepts the option: re-measure and update"
+    x, w = jnp.ones((2, 8, 8, 16)), jnp.ones((3, 3, 16, 32))
+    default = jax.jit(_conv).lower(x, w).compile().as_text()
+    ours = jax.jit(_conv, compiler_options=options).lower(x, w).compile().as_text()
+    assert "__ynn_fusion" in default and "__ynn_fusion" not in ours  # the convolution is XLA's own
+    a = jnp.ones((64, 64))
+    dot = jax.jit(jnp.matmul, compiler_options=options).lower(a, a).compile().as_text()
+    assert "__ynn_fusion" in dot
+
+
+def test_an_option_set_in_xla_flags_wins(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=")
+    assert dl.xla_compiler_options() is None
+
+
+def test_dl_jit_compiles_with_them(monkeypatch):
+    asked = []
+    real = xla_options.xla_compiler_options
+    monkeypatch.setattr(xla_options, "xla_compiler_options", lambda: asked.append(1) or real())
+    model = nn.Conv2d(16, 4, 3)
+    out = dl.jit(lambda m, x: m(x))(model, jnp.ones((1, 16, 5, 5)))
+    assert out.shape == (1, 4, 3, 3) and asked
