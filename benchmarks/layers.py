@@ -147,8 +147,8 @@ def cnn_loss(conv, nhwc, params, x, y):
 @contextlib.contextmanager
 def cpu_formulations(matmul_conv=True, sliced_pool=True, eigen_conv=True):
     """Switch jaxdl's CPU choices (docs/design.md) off for the steps traced inside:
-    convolutions as matrix products, max-pool by strided slices, and the compiler option
-    that keeps convolutions out of YNNPACK."""
+    transposed convolutions as matrix products, max-pool by strided slices, and the
+    compiler options that keep convolutions out of YNNPACK."""
     saved = conv_module._on_cpu, pool_module._MAX_SLICED_WINDOW, xla_options.xla_compiler_options
     if not matmul_conv:
         conv_module._on_cpu = lambda groups: False
@@ -211,10 +211,8 @@ def bench_conv_formulations(repeats, batch=64):
     # (the switches only matter while the step is traced, on its first call).
     module_variants = {
         "jaxdl_nn_module": {},
-        "jaxdl_no_matmul_conv": {"matmul_conv": False},
-        "jaxdl_no_matmul_conv_ynn_conv": {"matmul_conv": False, "eigen_conv": False},
-        "jaxdl_no_matmul_conv_ynn_conv_reduce_window_pool": {
-            "matmul_conv": False, "eigen_conv": False, "sliced_pool": False},
+        "jaxdl_ynn_conv": {"eigen_conv": False},
+        "jaxdl_ynn_conv_reduce_window_pool": {"eigen_conv": False, "sliced_pool": False},
     }
     for label, switches in module_variants.items():
         @dl.jit

@@ -1,10 +1,11 @@
 """The XLA compiler options `dl.jit` compiles its steps with.
 
-On CPU, XLA (jax 0.10) hands convolutions to YNNPACK by default. On this
-project's machine YNNPACK's convolutions were 2-3x slower than XLA's own
-(Eigen) ones: the benchmark CNN step took 50 ms with them and 32 ms without
-(docs/design.md). YNNPACK stays on for matrix products, where it is the
-fastest kernel XLA has. A user who sets the option in XLA_FLAGS keeps theirs.
+On CPU, XLA (jax 0.10) hands some operations to YNNPACK. Measured on this
+project's machine (docs/design.md), YNNPACK wins for matrix products and
+reductions (softmax+top-k 3.4x faster with them) but loses for convolutions
+(2-3x slower than XLA's own Eigen kernels) and elementwise fusions (a GELU
+gradient 7x slower). So `dl.jit` keeps YNNPACK for dots and reductions only. A
+user who sets the option in XLA_FLAGS keeps theirs.
 """
 
 import functools
@@ -14,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 _YNN_FUSIONS = "xla_cpu_experimental_ynn_fusion_type"
-_CPU_OPTIONS = {_YNN_FUSIONS: "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_DOT"}
+_CPU_OPTIONS = {_YNN_FUSIONS: ",".join("LIBRARY_FUSION_TYPE_" + kind for kind in
+                                          ("INDIVIDUAL_DOT", "DOT", "REDUCE"))}
 
 
 def xla_compiler_options() -> dict | None:

@@ -13,7 +13,7 @@ def _conv(x, w):
                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
-def test_options_keep_convolutions_out_of_ynnpack_and_dots_in():
+def test_options_keep_convolutions_and_elementwise_out_of_ynnpack_dots_and_reductions_in():
     options = dl.xla_compiler_options()
     assert options is not None, "this XLA no longer accepts the option: re-measure and update"
     x, w = jnp.ones((2, 8, 8, 16)), jnp.ones((3, 3, 16, 32))
@@ -21,8 +21,10 @@ def test_options_keep_convolutions_out_of_ynnpack_and_dots_in():
     ours = jax.jit(_conv, compiler_options=options).lower(x, w).compile().as_text()
     assert "__ynn_fusion" in default and "__ynn_fusion" not in ours  # the convolution is XLA's own
     a = jnp.ones((64, 64))
-    dot = jax.jit(jnp.matmul, compiler_options=options).lower(a, a).compile().as_text()
-    assert "__ynn_fusion" in dot
+    for fn, ynn in [(jnp.matmul, True), (lambda a, b: jnp.sum(a * b, axis=1), True),
+                    (lambda a, b: jax.nn.gelu(a) * b, False)]:
+        text = jax.jit(fn, compiler_options=options).lower(a, a).compile().as_text()
+        assert ("__ynn_fusion" in text) == ynn, text
 
 
 def test_an_option_set_in_xla_flags_wins(monkeypatch):

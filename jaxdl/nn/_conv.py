@@ -64,14 +64,9 @@ def _padding_pairs(padding, kernel, dilation, stride, n):
 
 
 def _on_cpu(groups):
-    """Whether the matrix-product formulations of `_conv_cpu` apply (grouped convolutions
-    and other backends keep XLA's convolution)."""
+    """Whether transposed convolutions take `_conv_cpu`'s matrix-product formulation
+    (grouped ones and other backends keep XLA's convolution)."""
     return groups == 1 and jax.default_backend() == "cpu"
-
-
-def _narrow(weight):
-    """Whether a convolution's patches are narrow enough for `_conv_cpu.conv`."""
-    return math.prod(weight.shape[1:]) <= _conv_cpu.NARROW_PATCHES
 
 
 def _to_last(x, n):
@@ -105,13 +100,8 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
-    if _on_cpu(groups) and _narrow(weight):
-        x_last = jnp.pad(_to_last(x, n), [(0, 0), *pairs, (0, 0)])
-        w_last = jnp.transpose(weight.astype(x.dtype), (*range(2, n + 2), 1, 0))
-        out = _to_first(_conv_cpu.conv(x_last, w_last, stride, dilation), n)
-    else:
-        out = _channels_last_conv(x, weight.astype(x.dtype), stride, pairs, n,
-                                  rhs_dilation=dilation, feature_group_count=groups)
+    out = _channels_last_conv(x, weight.astype(x.dtype), stride, pairs, n, rhs_dilation=dilation,
+                              feature_group_count=groups)
     if bias is not None:
         out = out + bias.reshape((-1,) + (1,) * n)
     return out[0] if unbatched else out

@@ -1,12 +1,11 @@
-"""Convolutions as matrix products, where XLA's CPU convolutions are slow.
+"""Transposed convolutions as a matrix product, for XLA's CPU backend.
 
-XLA's CPU convolution kernels lose to a matrix product in two cases measured in
-docs/design.md: convolutions with few input channels (a network's first layer:
-its patches matrix is narrow, the product runs near the machine's peak), and
-transposed convolutions, which XLA runs as a convolution over an input dilated
-with zeros. The latter are the adjoint of the patches product: one matrix
-product spreads every input pixel into its k*k window, then the windows are
-summed back into the image ("col2im", the transpose of `patches`).
+XLA runs a transposed convolution as a convolution over an input dilated with
+zeros and a flipped kernel; on CPU that (and its gradients) measured 4-5x slower
+than the same layer written as the adjoint of a patches product (docs/design.md):
+one matrix product spreads every input pixel into its k*k window, then the
+windows are summed back into the image ("col2im", the transpose of `patches`).
+Autodiff turns both steps into matrix products and patch extraction.
 
 Everything here is channels-last: x (N, *S, C), weights (*K, C_in, C_out).
 Only `groups == 1` comes here; `_conv.py` decides when.
@@ -17,10 +16,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-
-# Patches at most this wide (kernel volume * input channels) make a convolution a matrix
-# product on CPU; wider ones stay XLA convolutions (benchmarks/layers.py --conv).
-NARROW_PATCHES = 64
 
 
 def _out_sizes(spatial, kernel, stride, dilation):
@@ -47,17 +42,9 @@ def _flat(a):
     return a.reshape(-1, a.shape[-1])
 
 
-def conv(x, w, stride, dilation):
-    """Valid (pre-padded) convolution of x (N, *S, C) with w (*K, C, O) -> (N, *out, O), as
-    one matrix product of x's patches. Autodiff gives the weight gradient as a product too
-    and keeps the patches (narrow by `NARROW_PATCHES`) for it."""
-    cols = patches(x, w.shape[:-2], stride, dilation)
-    return (_flat(cols) @ w.reshape(-1, w.shape[-1])).reshape(*cols.shape[:-1], w.shape[-1])
-
-
 def conv_transpose(x, w, stride, dilation, spatial):
-    """The adjoint of `conv` with respect to its input: x (N, *out, O), w (*K, C, O) ->
-    (N, *spatial, C), where `spatial` is the (padded) size of the image `conv` would read."""
+    """The adjoint, with respect to its input, of the valid convolution of an image
+    (N, *spatial, C) with w (*K, C, O): x (N, *out, O) -> (N, *spatial, C)."""
     kernel, c = w.shape[:-2], w.shape[-2]
     # (N*out, O) @ (O, K*C): each input pixel's contribution to its whole window ...
     windows = _flat(x) @ jnp.moveaxis(w, -1, 0).reshape(w.shape[-1], -1)
