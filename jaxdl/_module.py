@@ -420,10 +420,16 @@ class Module(Stateful):
 
     # ---- modes and conversions ------------------------------------------------------------
     def train(self, mode: bool = True):
+        before = self._mode_signature()
         for module in self.modules():
             module.__dict__["training"] = bool(mode)
-        self._store.bump()
+        self._store.switch_mode(before, self._mode_signature())
         return self
+
+    def _mode_signature(self):
+        """The train/eval flag of every module sharing this tree's store."""
+        return frozenset((id(owner), owner.training) for owner in self._store.owners
+                         if isinstance(owner, Module))
 
     def eval(self):
         return self.train(False)

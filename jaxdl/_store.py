@@ -7,7 +7,8 @@ swaps in the returned one: O(1) Python work per step, however many arrays.
 
 `version` changes whenever something a trace depends on changes (a slot added,
 a shape or dtype changed, train/eval, freezing), so compiled code is reused
-exactly while it is still valid.
+exactly while it is still valid. Switching modes (train/eval) goes back to the
+version that mode had, so alternating them does not compile again.
 """
 
 import itertools
@@ -35,6 +36,7 @@ class Store:
         self.shardings: dict[int, jax.sharding.Sharding] = {}  # slots placed by fully_shard
         self.owners = weakref.WeakSet()
         self.version = next(_versions)
+        self._modes: dict = {}  # mode signature -> its version, since the last bump()
         self.merged_into: Store | None = None
 
     def live(self) -> "Store":
@@ -46,6 +48,14 @@ class Store:
 
     def bump(self):
         self.version = next(_versions)
+        self._modes.clear()
+
+    def switch_mode(self, before, after):
+        """Record that a mode signature (e.g. the train/eval flags) went from `before` to
+        `after` without changing the structure: the version becomes the one `after` had,
+        or a new one."""
+        self._modes.setdefault(before, self.version)
+        self.version = self._modes.setdefault(after, next(_versions))
 
     def add(self, value, kind: str, trainable: bool = False) -> int:
         self.values.append(value)

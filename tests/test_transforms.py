@@ -76,6 +76,28 @@ def test_recompiles_only_on_structure_shape_or_mode_change():
     assert step.trace_count == 3
 
 
+def test_alternating_train_and_eval_reuses_each_modes_compiled_step():
+    """The usual epoch loop (train, evaluate, train again) compiles each step once."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 3))
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    train_step, evaluate = dl.jit(_step), dl.jit(lambda m, x: m(x))
+    x, y = _data()
+    x = x[:, :4]
+    for _ in range(3):
+        model.train()
+        train_step(model, opt, x, y)
+        model.eval()
+        first, second = evaluate(model, x), evaluate(model, x)
+        np.testing.assert_array_equal(np.asarray(first), np.asarray(second))  # no dropout
+    assert train_step.trace_count == 1 and evaluate.trace_count == 1
+    model.train()
+    a, b = evaluate(model, x), evaluate(model, x)  # train mode: its own trace, dropout on
+    assert evaluate.trace_count == 2 and not np.array_equal(np.asarray(a), np.asarray(b))
+    model[1].eval()  # a mixed mode is a mode of its own
+    evaluate(model, x)
+    assert evaluate.trace_count == 3
+
+
 def test_frozen_parameters_get_no_gradient_and_no_update():
     model = _mlp()
     model[0].requires_grad_(False)
