@@ -303,15 +303,25 @@ def _fresh_key(key, input, what):
     return next_key()
 
 
-def _dropout(input, p, training, key, mask_shape, what):
-    """Zero entries with probability p along a mask broadcast over `mask_shape`, scale the rest."""
+def _keep_mask(input, p, training, key, mask_shape, what):
+    """A dropout's keep mask over `mask_shape`; None where the input passes unchanged (eval,
+    p = 0) and False where everything is dropped (p = 1, no key drawn)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
-        return input
+        return None
     if p == 1.0:
+        return False
+    return jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
+
+
+def _dropout(input, p, training, key, mask_shape, what):
+    """Zero entries with probability p along a mask broadcast over `mask_shape`, scale the rest."""
+    keep = _keep_mask(input, p, training, key, mask_shape, what)
+    if keep is None:
+        return input
+    if keep is False:
         return jnp.zeros_like(input)
-    keep = jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
     return jnp.where(keep, input / (1.0 - p), 0).astype(input.dtype)
 
 
@@ -342,13 +352,11 @@ _SELU_SATURATION = 1.7580993408473766
 def _alpha_dropout(input, p, training, key, mask_shape, what):
     """Drop to SELU's saturation value, then an affine map a x + b that keeps zero mean and unit
     variance for standardised inputs (Klambauer et al. 2017; PyTorch's constants)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
+    keep = _keep_mask(input, p, training, key, mask_shape, what)
+    if keep is None:
         return input
-    if p == 1.0:
+    if keep is False:
         return jnp.zeros_like(input)
-    keep = jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
     a = ((_SELU_SATURATION ** 2 * p + 1) * (1 - p)) ** -0.5
     return (jnp.where(keep, input, -_SELU_SATURATION) * a + _SELU_SATURATION * a * p).astype(
         input.dtype)
