@@ -315,6 +315,10 @@ def test_a_batch_that_fails_to_collate_leaves_no_shared_memory_behind(monkeypatc
         source[0]
     gc.collect()
     assert len(names) == 1  # the images went to shared memory, and it is gone again
+    # grain unlinks on a background thread once its workers have run in this process
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/dev/shm/{names[0].lstrip('/')}") and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not os.path.exists(f"/dev/shm/{names[0].lstrip('/')}")
 
 
