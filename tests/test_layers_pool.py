@@ -47,8 +47,8 @@ def test_pool_unbatched_and_length_one(rng):
 
 
 def test_pool_options_and_bad_input(rng):
-    with pytest.raises(NotImplementedError, match="return_indices"):
-        nn.AdaptiveMaxPool2d(2, return_indices=True)
+    values, indices = nn.AdaptiveMaxPool2d(2, return_indices=True)(rand(rng, 1, 2, 5, 5))
+    assert values.shape == indices.shape == (1, 2, 2, 2) and indices.dtype == np.int32
     with pytest.raises(nn.ShapeError, match=r"pool \(MaxPool2d\).*3-d or 4-d"):
         model = nn.ModuleDict({"pool": nn.MaxPool2d(2)})
         model["pool"](rand(rng, 4, 4))

@@ -55,6 +55,8 @@ from jaxdl.nn._pool import (
     AdaptiveMaxPool2d,
     AvgPool1d,
     AvgPool2d,
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
     MaxPool1d,
     MaxPool2d,
     MaxUnpool1d,
@@ -85,4 +87,5 @@ __all__ = [
     # torch.nn layers added after the first release
     "AlphaDropout", "CTCLoss", "CosineSimilarity", "FeatureAlphaDropout", "Fold", "MaxUnpool1d",
     "MaxUnpool2d", "MultiLabelMarginLoss", "PairwiseDistance", "TripletMarginWithDistanceLoss", "Unfold",
+    "FractionalMaxPool2d", "FractionalMaxPool3d",
 ]

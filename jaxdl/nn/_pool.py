@@ -1,4 +1,5 @@
-"""Pooling: max/avg (with ceil_mode, padding, dilation), adaptive avg/max, and their modules.
+"""Pooling: max/avg (with ceil_mode, padding, dilation), adaptive avg/max, fractional max, and
+their modules.
 
 Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
 (C, *spatial) inputs, with `jax.lax.reduce_window`.
@@ -13,7 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl._module import Module
+from jaxdl._random import KeyStream
 from jaxdl.nn._conv import _tuple
+from jaxdl.nn._keys import fresh_key
 
 
 def _out_size(length, k, s, p, d, ceil_mode):
@@ -108,9 +111,15 @@ def _max_pool_with_indices(input, n, k, s, pairs, d, outs):
             continue
         take = (view > best) | jnp.isnan(view)
         best, best_index = jnp.where(take, view, best), jnp.where(take, index, best_index)
+    return _gather_plane(input, lead, best_index), best_index
+
+
+def _gather_plane(input, lead, index):
+    """input's elements at flat plane indices `index` (shape lead + output spatial): a gather, so
+    the gradient goes to exactly those elements, as torch's backward scatters to its indices."""
     flat = input.reshape(input.shape[:lead] + (-1,))
-    values = jnp.take_along_axis(flat, best_index.reshape(best_index.shape[:lead] + (-1,)), axis=-1)
-    return values.reshape(best_index.shape), best_index
+    values = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] + (-1,)), axis=-1)
+    return values.reshape(index.shape)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -315,15 +324,51 @@ def _adaptive_avg(input, n, output_size):
     return x
 
 
+def _torch_pick(x, member):
+    """Position along the last axis of x (..., 1, L) of the element torch's max kernels keep in
+    each window of `member` (..., o, L): they scan in order taking `v > best or isnan(v)`, which
+    keeps the first maximum, or the last NaN when there is one."""
+    nan = member & jnp.isnan(x)
+    top = jnp.max(jnp.where(member & ~nan, x, -jnp.inf), axis=-1, keepdims=True)
+    first_max = jnp.argmax(member & (x == top), axis=-1)  # an all -inf window: its first element
+    last_nan = x.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
+    return jnp.where(jnp.any(nan, axis=-1), last_nan, first_max).astype(jnp.int32)
+
+
+def _pick_windows(input, members):
+    """int32 flat plane index of torch's pick in each box window, the window along spatial axis i
+    given by the mask members[i], broadcastable to (lead..., other spatial..., o_i, L_i).
+
+    A box's row-major scan is separable: pick along the last axis first, then among those picks
+    along the axis before, and so on; the first maximum (last NaN) in row-major order is then the
+    lexicographically first maximum (last NaN), as torch's scan keeps."""
+    n = len(members)
+    lead = input.ndim - n
+    spatial = input.shape[lead:]
+    vals = jax.lax.stop_gradient(input)  # the values reach the result through one gather
+    plane = jnp.arange(math.prod(spatial), dtype=jnp.int32).reshape(spatial)
+    index = jnp.broadcast_to(plane, input.shape)
+    for i in reversed(range(n)):
+        axis = lead + i
+        last = jnp.moveaxis(vals, axis, -1)
+        pos = _torch_pick(last[..., None, :], members[i])
+
+        def take(a, pos=pos, axis=axis):
+            return jnp.moveaxis(jnp.take_along_axis(jnp.moveaxis(a, axis, -1), pos, axis=-1), -1, axis)
+
+        vals, index = take(vals), take(index)
+    return index
+
+
 def _adaptive_max(input, n, output_size, return_indices):
-    if return_indices:
-        raise NotImplementedError(f"adaptive_max_pool{n}d(return_indices=True)")
-    x = input
-    for axis, o in zip(range(input.ndim - n, input.ndim), _adaptive_sizes(input, n, output_size)):
-        bins = _adaptive_bins(x.shape[axis], o)
-        moved = jnp.moveaxis(x, axis, -1)[..., None, :]  # (..., 1, L) against bins (o, L)
-        x = jnp.moveaxis(jnp.max(jnp.where(bins, moved, -jnp.inf), axis=-1), -1, axis)
-    return x
+    """Values and int32 flat plane indices of torch's choice in each adaptive bin (see
+    `_pick_windows`): the gradient goes to that element, not split among tied maxima."""
+    lead = input.ndim - n
+    sizes = _adaptive_sizes(input, n, output_size)
+    members = [_adaptive_bins(L, o) for L, o in zip(input.shape[lead:], sizes)]
+    index = _pick_windows(input, members)
+    values = _gather_plane(input, lead, index)
+    return (values, index) if return_indices else values
 
 
 def adaptive_avg_pool1d(input, output_size):
@@ -348,6 +393,102 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
 
 def adaptive_max_pool3d(input, output_size, return_indices=False):
     return _adaptive_max(input, 3, output_size, return_indices)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    """torch's always-with-indices form: (values, int32 flat indices)."""
+    return _adaptive_max(input, 1, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    return _adaptive_max(input, 2, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    return _adaptive_max(input, 3, output_size, True)
+
+
+def _fractional_starts(sample, length, out, k):
+    """torch's pseudo-random window starts along one axis for samples u (...,) in [0, 1):
+    int((i + u) alpha) - int(u alpha) with alpha = (L - k) / (o - 1), in the samples' dtype as
+    torch's kernel computes them, and the last window ending at the input's end. (..., o) int32."""
+    last = jnp.full(sample.shape + (1,), length - k, jnp.int32)
+    if out == 1:
+        return last
+    alpha = jnp.asarray(length - k, sample.dtype) / jnp.asarray(out - 1, sample.dtype)
+    u = sample[..., None]
+    i = jnp.arange(out - 1, dtype=sample.dtype)
+    starts = ((i + u) * alpha).astype(jnp.int32) - (u * alpha).astype(jnp.int32)
+    return jnp.concatenate([starts, jnp.broadcast_to(last, starts.shape[:-1] + (1,))], axis=-1)
+
+
+def _fractional_max_pool(n, input, kernel_size, output_size, output_ratio, return_indices,
+                         _random_samples, key):
+    where = f"fractional_max_pool{n}d"
+    if input.ndim not in (n + 1, n + 2):
+        raise ValueError(f"{where}: expected a {n + 1}-d or {n + 2}-d input, got shape "
+                         f"{tuple(input.shape)}")
+    k = _tuple(kernel_size, n, "kernel_size")
+    spatial = input.shape[input.ndim - n:]
+    if output_size is None:
+        if output_ratio is None:
+            raise ValueError(f"{where} requires specifying either an output_size or an output_ratio")
+        ratio = (output_ratio,) * n if isinstance(output_ratio, int | float) else tuple(output_ratio)
+        output_size = [int(L * r) for L, r in zip(spatial, _tuple(ratio, n, "output_ratio"))]
+    outs = _tuple(output_size, n, "output_size")
+    for L, o, ki in zip(spatial, outs, k):
+        if o <= 0 or ki <= 0 or o + ki - 1 > L:
+            raise ValueError(f"{where}: output_size {outs} with kernel_size {k} needs an input of at "
+                             f"least output + kernel - 1 per axis, got spatial shape {spatial}")
+    # torch draws one sample per axis for every (batch, channel) plane, (1, C, n) when unbatched
+    planes = (input.shape[0] if input.ndim == n + 2 else 1, input.shape[-n - 1], n)
+    if _random_samples is None:
+        samples = jax.random.uniform(fresh_key(key, input, where), planes, input.dtype)
+    else:
+        samples = jnp.asarray(_random_samples).astype(input.dtype)
+        if samples.shape != planes:
+            raise ValueError(f"{where}: _random_samples must have shape {planes}, got "
+                             f"{tuple(samples.shape)}")
+    samples = samples.reshape(input.shape[:input.ndim - n] + (n,))
+    # torch's 2-d kernel uses a plane's first sample for the width, the 3-d one for the depth
+    order = (1, 0) if n == 2 else tuple(range(n))
+    members = []
+    for axis, (L, o, ki) in enumerate(zip(spatial, outs, k)):
+        starts = _fractional_starts(samples[..., order[axis]], L, o, ki)[..., None]
+        j = jnp.arange(L)
+        member = (j >= starts) & (j < starts + ki)  # (lead..., o, L)
+        members.append(member.reshape(member.shape[:-2] + (1,) * (n - 1) + member.shape[-2:]))
+    index = _pick_windows(input, members)
+    values = _gather_plane(input, input.ndim - n, index)
+    return (values, index) if return_indices else values
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None, *, key=None):
+    """Max over k x k windows at pseudo-random strides (Graham 2014), as torch: `_random_samples`
+    (N, C, 2) in [0, 1) fix the windows (torch's values give torch's result); without them they
+    are drawn from `key` (or the global stream outside a trace). Indices are int32."""
+    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio, return_indices,
+                                _random_samples, key)
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None, *, key=None):
+    """The 3-d form: `_random_samples` of shape (N, C, 3)."""
+    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio, return_indices,
+                                _random_samples, key)
+
+
+def fractional_max_pool2d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None, *, key=None):
+    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio, True,
+                                _random_samples, key)
+
+
+def fractional_max_pool3d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None, *, key=None):
+    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio, True,
+                                _random_samples, key)
 
 
 class _Pool(Module):
@@ -469,10 +610,55 @@ class AdaptiveMaxPool2d(_Adaptive):
 
     def __init__(self, output_size, return_indices=False):
         super().__init__(output_size)
-        if return_indices:
-            raise NotImplementedError("AdaptiveMaxPool2d(return_indices=True)")
+        self.return_indices = return_indices
 
     def forward(self, input):
+        """The pooled input, and with return_indices its (int32) flat indices per plane."""
         self._check(input)
-        return _adaptive_max(input, 2, self.output_size, False)
+        return _adaptive_max(input, 2, self.output_size, self.return_indices)
 
+
+
+class _FractionalMaxPool(_Pool):
+    """Fractional max pooling; the windows are drawn from the module's key stream on every call
+    (it advances under dl.jit), unless fixed by `_random_samples`, a buffer as in torch."""
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                 _random_samples=None, *, key=None):
+        super().__init__()
+        name = type(self).__name__
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        self.kernel_size = _tuple(kernel_size, self._n, "kernel_size")
+        self.output_size = None if output_size is None else _tuple(output_size, self._n, "output_size")
+        self.output_ratio = None
+        if output_ratio is not None:
+            ratio = (output_ratio,) * self._n if isinstance(output_ratio, int | float) else output_ratio
+            self.output_ratio = _tuple(ratio, self._n, "output_ratio")
+            if not all(0 < r < 1 for r in self.output_ratio):
+                raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self._register_rng("_rng", KeyStream(key)())
+
+    def forward(self, input):
+        """The pooled input, and with return_indices its (int32) flat indices per plane."""
+        self._check(input)
+        samples = self._random_samples
+        key = self._next_key() if samples is None else None
+        return _fractional_max_pool(self._n, input, self.kernel_size, self.output_size,
+                                    self.output_ratio, self.return_indices, samples, key)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, output_size={self.output_size}, "
+                f"output_ratio={self.output_ratio}")
+
+
+class FractionalMaxPool2d(_FractionalMaxPool):
+    _n = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPool):
+    _n = 3

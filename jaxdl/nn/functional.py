@@ -6,11 +6,13 @@ Differences from PyTorch, by necessity:
   into the compiled code). Inside `dl.jit` use the `nn.Dropout` module.
 """
 
+import enum
+import math
+
 import jax
 import jax.numpy as jnp
 
 from jaxdl import amp, ops
-from jaxdl._random import next_key
 
 # The layer families define their functional forms next to their modules; re-exported here.
 from jaxdl.nn._conv import (  # noqa: F401
@@ -41,6 +43,7 @@ from jaxdl.nn._distance import (  # noqa: F401
 )
 from jaxdl.nn._embedding import embedding, embedding_bag, one_hot  # noqa: F401
 from jaxdl.nn._fold import fold, unfold  # noqa: F401
+from jaxdl.nn._keys import fresh_key as _fresh_key
 from jaxdl.nn._norm import (  # noqa: F401
     batch_norm,
     group_norm,
@@ -55,11 +58,18 @@ from jaxdl.nn._pool import (  # noqa: F401
     adaptive_avg_pool2d,
     adaptive_avg_pool3d,
     adaptive_max_pool1d,
+    adaptive_max_pool1d_with_indices,
     adaptive_max_pool2d,
+    adaptive_max_pool2d_with_indices,
     adaptive_max_pool3d,
+    adaptive_max_pool3d_with_indices,
     avg_pool1d,
     avg_pool2d,
     avg_pool3d,
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
     lp_pool1d,
     lp_pool2d,
     lp_pool3d,
@@ -93,6 +103,160 @@ def bilinear(input1, input2, weight, bias=None):
     input1, input2, weight, bias = amp.lower(input1, input2, weight, bias)
     out = jnp.einsum("...i,oij,...j->...o", input1, weight, input2)
     return out if bias is None else out + bias
+
+
+def conv_tbc(input, weight, bias, pad: int = 0):  # noqa: F811 (torch's argument name)
+    """torch's time-batch-channel conv1d: input (T, B, C_in), weight (K, C_in, C_out), bias
+    (C_out), `pad` zero steps on both ends of T; output (T + 2 pad - K + 1, B, C_out)."""
+    out = conv1d(jnp.transpose(input, (1, 2, 0)), jnp.transpose(weight, (2, 1, 0)), bias,
+                 padding=pad)
+    return jnp.transpose(out, (2, 0, 1))
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None,
+                         reduction: str = "mean", ignore_index=None, label_smoothing: float = 0.0,
+                         options=None):
+    """cross_entropy(linear(input, linear_weight, linear_bias), target, ...), as torch.
+
+    input (in_features) or (N, in_features); linear_weight (C, in_features), or (C, d_1..d_K,
+    in_features) for a K-dimensional loss (batched input only). Targets holding probabilities are
+    told apart by having the logits' shape, as torch does. `options` (torch's chunking to save
+    memory) is accepted and ignored: the math is the same."""
+    if input.ndim not in (1, 2):
+        raise ValueError(f"linear_cross_entropy: expected input with dimensionality 1 or 2, got "
+                         f"{input.ndim}")
+    if linear_weight.ndim < 2 or linear_weight.shape[-1] != input.shape[-1]:
+        raise ValueError(f"linear_cross_entropy: expected linear_weight (C, ..., in_features) with "
+                         f"in_features={input.shape[-1]}, got shape {tuple(linear_weight.shape)}")
+    num_classes, out_features = linear_weight.shape[0], tuple(linear_weight.shape[1:-1])
+    if linear_bias is not None and tuple(linear_bias.shape) != (num_classes, *out_features):
+        raise ValueError(f"linear_cross_entropy: expected linear_bias shape "
+                         f"{(num_classes, *out_features)}, got {tuple(linear_bias.shape)}")
+    if out_features and input.ndim == 1:
+        raise ValueError("linear_cross_entropy: a K-dimensional linear_weight "
+                         f"{tuple(linear_weight.shape)} requires batched (N, in_features) input")
+    logits_shape = (*input.shape[:-1], num_classes, *out_features)
+    if tuple(jnp.shape(target)) == logits_shape and ignore_index is not None:
+        raise ValueError("linear_cross_entropy: ignore_index cannot be specified when target "
+                         "contains probabilities")
+    rows = math.prod(out_features, start=num_classes)
+    bias = None if linear_bias is None else linear_bias.reshape(rows)
+    logits = linear(input, linear_weight.reshape(rows, -1), bias).reshape(logits_shape)
+    return cross_entropy(logits, target, weight, ignore_index=-100 if ignore_index is None
+                         else ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+
+
+def _group_sizes(offs):
+    """Group sizes from torch's end offsets; rows (or columns) past offs[-1] belong to no group."""
+    offs = jnp.asarray(offs).astype(jnp.int32)
+    if offs.ndim != 1:
+        raise ValueError(f"grouped_mm: offs must be 1-d, got shape {tuple(offs.shape)}")
+    return jnp.diff(offs, prepend=0)
+
+
+def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
+    """torch's grouped matrix multiply (Mixture-of-Experts layers), by `jax.lax.ragged_dot`
+    (a masked einsum for the ragged contraction, which ragged_dot cannot differentiate):
+
+    - a (M, K), b (G, K, N), offs (G,): rows offs[g-1]:offs[g] of a times b[g] -> (M, N);
+    - a (G, M, K), b (K, N), offs (G,): a[g] times columns offs[g-1]:offs[g] of b -> (M, N);
+    - a (M, K), b (K, N), offs (G,): the K slices offs[g-1]:offs[g], one product each -> (G, M, N);
+    - a (G, M, K), b (G, K, N), no offs: a batched product -> (G, M, N).
+
+    Rows/columns past offs[-1] are zeros here (torch leaves them unspecified). `out_dtype`
+    sets the accumulation and output dtype (default: the inputs'). torch refuses `bias`, so do we.
+    """
+    if bias is not None:
+        raise NotImplementedError("grouped_mm(bias=...): torch does not support it yet either")
+    out_dtype = out_dtype or mat_a.dtype
+    kinds = (mat_a.ndim, mat_b.ndim)
+    if kinds == (3, 3):
+        if offs is not None:
+            raise ValueError("grouped_mm: offs must be None when both operands are 3-d")
+        return jnp.matmul(mat_a, mat_b, preferred_element_type=out_dtype)
+    if kinds not in ((2, 3), (3, 2), (2, 2)) or offs is None:
+        raise ValueError(f"grouped_mm: expected 2-d/3-d operands with offs for any 2-d one, got "
+                         f"shapes {tuple(mat_a.shape)}, {tuple(mat_b.shape)}, offs={offs is not None}")
+    if kinds == (2, 3):
+        return jax.lax.ragged_dot(mat_a, mat_b, _group_sizes(offs),
+                                  preferred_element_type=out_dtype)
+    if kinds == (3, 2):  # the transposed problem: b's columns are the ragged rows
+        out = jax.lax.ragged_dot(mat_b.T, jnp.swapaxes(mat_a, 1, 2),
+                                 _group_sizes(offs), preferred_element_type=out_dtype)
+        return out.T
+    # ragged contraction: a mask per group over K (ragged_dot_general has no gradient for it)
+    ends = jnp.asarray(offs).astype(jnp.int32)
+    k = jnp.arange(mat_a.shape[1])
+    member = (k >= (ends - _group_sizes(offs))[:, None]) & (k < ends[:, None])
+    return jnp.einsum("mk,gk,kn->gmn", mat_a, member.astype(mat_a.dtype), mat_b,
+                      preferred_element_type=out_dtype)
+
+
+class ScalingType(enum.Enum):
+    """How `scaled_mm` operands were scaled (torch's names; torch's own enum is accepted too)."""
+    TensorWise = 0
+    RowWise = 1
+    BlockWise1x16 = 2
+    BlockWise1x32 = 3
+    BlockWise1x128 = 4
+    BlockWise128x128 = 5
+
+
+class SwizzleType(enum.Enum):
+    """Layouts of block scales (torch's names); only NO_SWIZZLE is meaningful here."""
+    NO_SWIZZLE = 0
+    SWIZZLE_32_4_4 = 1
+
+
+def _single(value, what):
+    """torch passes one scale/recipe or a list of one; several mean block-scaled MX formats."""
+    if isinstance(value, list | tuple):
+        if len(value) != 1:
+            raise NotImplementedError(f"scaled_mm: several {what} (block-scaled formats) are "
+                                      "not supported")
+        return value[0]
+    return value
+
+
+def scaled_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a=None,
+              swizzle_b=None, bias=None, output_dtype=jnp.bfloat16, contraction_dim=(),
+              use_fast_accum: bool = False):
+    """(a @ b) * scale_a * scale_b + bias for float8 a (M, K) and b (K, N), accumulated in
+    float32, as torch's CPU kernel: the recipes torch runs on CPU, TensorWise (scalar scales)
+    and RowWise (scale_a (M, 1), scale_b (1, N)). The block-scaled MX recipes and swizzled
+    scales are GPU formats (NotImplementedError)."""
+    recipes = [getattr(_single(r, "recipes"), "name", r) for r in (scale_recipe_a, scale_recipe_b)]
+    swizzles = [getattr(_single(z, "swizzles"), "name", z) for z in (swizzle_a, swizzle_b)]
+    if recipes[0] != recipes[1] or recipes[0] not in ("TensorWise", "RowWise"):
+        raise NotImplementedError(f"scaled_mm: scaling {recipes} is not supported; TensorWise "
+                                  "and RowWise are (the block-scaled recipes need GPU fp8 support)")
+    if any(z not in (None, "NO_SWIZZLE") for z in swizzles) or contraction_dim:
+        raise NotImplementedError("scaled_mm: swizzled scales and contraction_dim are not supported")
+    fp8 = (jnp.float8_e4m3fn, jnp.float8_e5m2)
+    if mat_a.ndim != 2 or mat_b.ndim != 2 or mat_a.dtype not in fp8 or mat_b.dtype not in fp8:
+        raise ValueError(f"scaled_mm: expected 2-d float8 operands, got {mat_a.dtype} "
+                         f"{tuple(mat_a.shape)} and {mat_b.dtype} {tuple(mat_b.shape)}")
+    scale_a, scale_b = (jnp.asarray(_single(x, "scales"), jnp.float32) for x in (scale_a, scale_b))
+    want = [(), ()] if recipes[0] == "TensorWise" else [(mat_a.shape[0], 1), (1, mat_b.shape[1])]
+    for scale, shape, name in zip((scale_a, scale_b), want, "ab"):
+        if scale.size != math.prod(shape) or (shape and scale.shape != shape):
+            raise ValueError(f"scaled_mm: {recipes[0]} scale_{name} must have shape {shape or (1,)}, "
+                             f"got {tuple(scale.shape)}")
+    out = jnp.matmul(mat_a, mat_b, preferred_element_type=jnp.float32)
+    out = out * scale_a.reshape(want[0]) * scale_b.reshape(want[1])
+    if bias is not None:
+        out = out + bias.astype(jnp.float32)
+    return out.astype(output_dtype or jnp.bfloat16)
+
+
+def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a=None,
+                      swizzle_b=None, bias=None, offs=None, output_dtype=jnp.bfloat16,
+                      contraction_dim=(), use_fast_accum: bool = False):
+    """Not implemented: torch's fp8 grouped scaled matmul has no CPU kernel (it needs GPU fp8
+    hardware support), so there is nothing to check an implementation against."""
+    raise NotImplementedError(
+        "F.scaled_grouped_mm: the fp8 grouped scaled matmul needs GPU hardware fp8 support (torch "
+        "has no CPU kernel for it either); use grouped_mm on dequantized operands")
 
 
 # ---- activations ----------------------------------------------------------------------------
@@ -246,6 +410,10 @@ def channel_shuffle(input, groups: int):
     return jnp.swapaxes(input.reshape(n, groups, c // groups, *rest), 1, 2).reshape(input.shape)
 
 
+# torch's kernel-level name for the same permutation
+native_channel_shuffle = channel_shuffle
+
+
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     """Deprecated in PyTorch in favour of interpolate; kept for ported code."""
     return interpolate(input, size, scale_factor, mode, align_corners)
@@ -289,18 +457,6 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 
 # ---- dropout --------------------------------------------------------------------------------
-
-
-def _fresh_key(key, input, what):
-    if key is not None:
-        return key
-    if isinstance(input, jax.core.Tracer):
-        raise ValueError(
-            f"F.{what} inside a traced function needs key=...: the global key stream would be "
-            f"frozen into the compiled code. Pass a key, or use the module form (e.g. nn.Dropout, "
-            f"nn.AlphaDropout), whose key stream is threaded through dl.jit."
-        )
-    return next_key()
 
 
 def _keep_mask(input, p, training, key, mask_shape, what):
