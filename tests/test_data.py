@@ -148,6 +148,9 @@ def test_ctrl_c_stops_workers_cleanly(tmp_path):
         from jaxdl import data
 
         if __name__ == "__main__":
+            # As in an interactive shell: a run started in the background (CI) inherits
+            # SIGINT ignored, and Python then never raises KeyboardInterrupt.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             ds = data.TensorDataset(np.arange(4000, dtype=np.float32))
             loader = data.DataLoader(ds, batch_size=4, num_workers=2)
             pids = []
