@@ -25,11 +25,23 @@ def decay_weights(p, g, o):
     return p, g + wd * p
 
 
+def start_step(p, g, state, o):
+    """What every Adam-family step begins with: the gradient negated under `maximize`,
+    weight decay applied, and the step counter advanced. Returns (p, g, step)."""
+    if o["maximize"]:
+        g = -g
+    p, g = decay_weights(p, g, o)
+    return p, g, state["step"] + 1
+
+
+def first_moment(state, g, b1):
+    """torch's exp_avg.lerp_(g, 1 - b1)."""
+    return state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])
+
+
 def moments(state, g, b1, b2):
-    """torch's exp_avg.lerp_(g, 1 - b1) and exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)."""
-    m = state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])
-    v = state["exp_avg_sq"] * b2 + (1 - b2) * g * g
-    return m, v
+    """The first moment and torch's exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)."""
+    return first_moment(state, g, b1), state["exp_avg_sq"] * b2 + (1 - b2) * g * g
 
 
 class Adam(Optimizer):
@@ -57,10 +69,7 @@ class Adam(Optimizer):
 
     def _update(self, p, g, state, o):
         b1, b2 = o["betas"]
-        if o["maximize"]:
-            g = -g
-        p, g = decay_weights(p, g, o)
-        step = state["step"] + 1
+        p, g, step = start_step(p, g, state, o)
         t = step.astype(jnp.float32)
         m, v = moments(state, g, b1, b2)
         new_state = {"step": step, "exp_avg": m, "exp_avg_sq": v}

@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 
-from jaxdl.optim._adam import decay_weights
+from jaxdl.optim._adam import first_moment, start_step
 from jaxdl.optim._optimizer import (
     Optimizer,
     _check_betas,
@@ -35,11 +35,8 @@ class Adamax(Optimizer):
 
     def _update(self, p, g, state, o):
         b1, b2 = o["betas"]
-        if o["maximize"]:
-            g = -g
-        p, g = decay_weights(p, g, o)
-        step = state["step"] + 1
-        m = state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])
+        p, g, step = start_step(p, g, state, o)
+        m = first_moment(state, g, b1)
         u = jnp.maximum(state["exp_inf"] * b2, jnp.abs(g) + o["eps"])
         clr = o["lr"] / one_minus_power(b1, step.astype(jnp.float32))
         return p - clr * (m / u), {"step": step, "exp_avg": m, "exp_inf": u}

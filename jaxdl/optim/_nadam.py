@@ -5,7 +5,7 @@ optax's `nadam` has no mu_t schedule (momentum_decay), so the formula is written
 
 import jax.numpy as jnp
 
-from jaxdl.optim._adam import decay_weights, moments
+from jaxdl.optim._adam import moments, start_step
 from jaxdl.optim._optimizer import (
     Optimizer,
     _check_betas,
@@ -46,10 +46,7 @@ class NAdam(Optimizer):
     def _update(self, p, g, state, o):
         b1, b2 = o["betas"]
         lr, decay = o["lr"], o["momentum_decay"]
-        if o["maximize"]:
-            g = -g
-        p, g = decay_weights(p, g, o)
-        step = state["step"] + 1
+        p, g, step = start_step(p, g, state, o)
         t = step.astype(jnp.float32)
         mu = b1 * (1.0 - 0.5 * power(0.96, t * decay))
         mu_next = b1 * (1.0 - 0.5 * power(0.96, (t + 1) * decay))

@@ -6,7 +6,7 @@ computes rho_t in float32; the formula is written here.
 
 import jax.numpy as jnp
 
-from jaxdl.optim._adam import decay_weights, moments
+from jaxdl.optim._adam import moments, start_step
 from jaxdl.optim._optimizer import (
     Optimizer,
     _check_betas,
@@ -46,10 +46,7 @@ class RAdam(Optimizer):
 
     def _update(self, p, g, state, o):
         b1, b2 = o["betas"]
-        if o["maximize"]:
-            g = -g
-        p, g = decay_weights(p, g, o)
-        step = state["step"] + 1
+        p, g, step = start_step(p, g, state, o)
         t = step.astype(jnp.float32)
         m, v = moments(state, g, b1, b2)
         m_hat = m / one_minus_power(b1, t)
