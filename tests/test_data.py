@@ -271,17 +271,24 @@ def test_batches_stay_intact_while_later_batches_are_made(num_workers):
     assert len(set(pointers)) == len(pointers)  # no two live batches share memory
 
 
-def test_main_process_batches_are_adopted_by_jax_without_a_copy(monkeypatch):
+def _record_allocations(monkeypatch, allocator, describe):
+    """Wrap the loader's `allocator` so that `describe(array)` of each array it makes is kept
+    in the returned list."""
     from jaxdl.data import _loader
 
-    allocated, aligned_empty = [], _loader._aligned_empty
+    seen, real = [], getattr(_loader, allocator)
 
-    def recording_aligned_empty(shape, dtype):
-        out = aligned_empty(shape, dtype)
-        allocated.append(out.ctypes.data)
+    def recording(shape, dtype):
+        out = real(shape, dtype)
+        seen.append(describe(out))
         return out
 
-    monkeypatch.setattr(_loader, "_aligned_empty", recording_aligned_empty)
+    monkeypatch.setattr(_loader, allocator, recording)
+    return seen
+
+
+def test_main_process_batches_are_adopted_by_jax_without_a_copy(monkeypatch):
+    allocated = _record_allocations(monkeypatch, "_aligned_empty", lambda a: a.ctypes.data)
     loader = data.DataLoader(image_dataset(12), batch_size=4, device=jax.devices("cpu")[0])
     batches = list(loader)
     # Each image batch lies in the buffer it was collated into (64-byte aligned, which
@@ -296,14 +303,7 @@ def test_a_batch_that_fails_to_collate_leaves_no_shared_memory_behind(monkeypatc
 
     from jaxdl.data import _loader
 
-    names, shared_empty = [], _loader._shared_empty
-
-    def recording_shared_empty(shape, dtype):
-        out = shared_empty(shape, dtype)
-        names.append(out.shm.name)
-        return out
-
-    monkeypatch.setattr(_loader, "_shared_empty", recording_shared_empty)
+    names = _record_allocations(monkeypatch, "_shared_empty", lambda a: a.shm.name)
 
     class RaggedLabels(data.Dataset):  # the images fit; the second field does not
         def __len__(self):
