@@ -11,11 +11,12 @@ Everything here is channels-last: x (N, *S, C), weights (*K, C_in, C_out).
 Only `groups == 1` comes here; `_conv.py` decides when.
 """
 
-import itertools
 import math
 
 import jax
 import jax.numpy as jnp
+
+from jaxdl.nn._windows import window_views
 
 
 def _out_sizes(spatial, kernel, stride, dilation):
@@ -28,12 +29,7 @@ def patches(x, kernel, stride, dilation):
     elements, kernel-offset-major then channel (the row order of w (*K, C, O) reshaped to
     (-1, O)). One strided slice per kernel offset, stacked."""
     outs = _out_sizes(x.shape[1:-1], kernel, stride, dilation)
-    views = []
-    for offset in itertools.product(*map(range, kernel)):
-        start = (0, *(o * d for o, d in zip(offset, dilation)), 0)
-        limit = (x.shape[0], *(st + (n - 1) * s + 1 for st, n, s in zip(start[1:-1], outs, stride)),
-                 x.shape[-1])
-        views.append(jax.lax.slice(x, start, limit, (1, *stride, 1)))
+    views = list(window_views(x, 1, kernel, dilation, stride, outs, trail=1))
     stacked = jnp.stack(views, axis=-2)
     return stacked.reshape(*stacked.shape[:-2], -1)
 

@@ -6,7 +6,6 @@ gradient is a plain pad/add. `fold` is the exact linear adjoint of `unfold`
 disagree on the block layout.
 """
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +13,7 @@ import numpy as np
 
 from jaxdl._module import Module
 from jaxdl.nn._conv import _tuple
+from jaxdl.nn._windows import window_views
 
 
 def _geometry(spatial, kernel_size, dilation, padding, stride, where):
@@ -37,12 +37,7 @@ def _unfold4d(x, k, d, p, s, blocks):
     """(N, C, H, W) -> (N, C * kh * kw, L): channel-major, then kernel row, then column."""
     n, c = x.shape[:2]
     x = jnp.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
-    views = []
-    for i, j in itertools.product(range(k[0]), range(k[1])):
-        start = (0, 0, i * d[0], j * d[1])
-        limit = (n, c, start[2] + (blocks[0] - 1) * s[0] + 1, start[3] + (blocks[1] - 1) * s[1] + 1)
-        views.append(jax.lax.slice(x, start, limit, (1, 1) + s))
-    cols = jnp.stack(views, axis=2)  # (N, C, kh * kw, oh, ow)
+    cols = jnp.stack(list(window_views(x, 2, k, d, s, blocks)), axis=2)  # (N, C, kh * kw, oh, ow)
     return cols.reshape(n, c * k[0] * k[1], blocks[0] * blocks[1])
 
 

@@ -6,7 +6,6 @@ Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
 """
 
 import functools
-import itertools
 import math
 
 import jax
@@ -17,6 +16,7 @@ from jaxdl._module import Module
 from jaxdl._random import KeyStream
 from jaxdl.nn._conv import _tuple
 from jaxdl.nn._keys import fresh_key
+from jaxdl.nn._windows import window_views
 
 
 def _out_size(length, k, s, p, d, ceil_mode):
@@ -62,16 +62,6 @@ def _reduce(input, n, init, op, k, s, pairs):
                                  (1,) * lead + s, [(0, 0)] * lead + pairs)
 
 
-def _window_views(x, lead, k, d, s, outs):
-    """One strided slice of the (already padded) x per kernel offset, in row-major kernel order:
-    view[..., o] is the element at that offset of output o's window."""
-    for offset in itertools.product(*(range(ki) for ki in k)):
-        start = (0,) * lead + tuple(o * di for o, di in zip(offset, d))
-        limit = x.shape[:lead] + tuple(st + (o - 1) * si + 1 for st, o, si in
-                                       zip(start[lead:], outs, s))
-        yield jax.lax.slice(x, start, limit, (1,) * lead + s)
-
-
 def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     k, s, pairs, d, outs = _window_geometry(input, n, kernel_size, stride, padding, dilation,
                                             ceil_mode)
@@ -87,7 +77,7 @@ def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, ret
     lead = input.ndim - n
     x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
     out = None
-    for view in _window_views(x, lead, k, d, s, outs):
+    for view in window_views(x, lead, k, d, s, outs):
         out = view if out is None else jnp.where((view > out) | jnp.isnan(view), view, out)
     return out
 
@@ -104,8 +94,8 @@ def _max_pool_with_indices(input, n, k, s, pairs, d, outs):
     plane = jnp.pad(jnp.arange(int(np.prod(spatial)), dtype=jnp.int32).reshape(spatial), pairs,
                     constant_values=-1)
     best = best_index = None
-    for view, index in zip(_window_views(x, lead, k, d, s, outs),
-                           _window_views(plane, 0, k, d, s, outs)):
+    for view, index in zip(window_views(x, lead, k, d, s, outs),
+                           window_views(plane, 0, k, d, s, outs)):
         if best is None:
             best, best_index = view, jnp.broadcast_to(index, view.shape)
             continue
