@@ -13,17 +13,12 @@ single-device training on the global batch.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from jaxdl import _transforms
+from jaxdl._jax_compat import gather_replicated, host_local_to_global, varying_axes
 from jaxdl._store import RNG
-
-try:  # an all-gather whose result is typed as replicated (jax >= 0.7, not re-exported)
-    from jax._src.lax.parallel import all_gather_invariant
-except ImportError:  # pragma: no cover - older jax
-    all_gather_invariant = None
 
 DATA_AXIS = "data"
 
@@ -35,24 +30,13 @@ def default_mesh() -> Mesh:
 
 def _varying(x, axis) -> bool | None:
     """Whether `x` differs across `axis` (None under pmap, which does not track it)."""
-    varying = getattr(getattr(jax.typeof(x), "mat", None), "varying", None)
+    varying = varying_axes(x)
     return None if varying is None or not _tracked[-1] else axis in varying
 
 
 # shard_map types each value as varying or replicated over the axis; pmap does not,
 # so there every result is reduced (a no-op up to rounding for replicated values).
 _tracked = [True]
-
-
-def _gather(x, axis):
-    if all_gather_invariant is not None:
-        return all_gather_invariant(x, axis, tiled=True)
-    # psum of each shard placed at its offset: replicated by construction.
-    index = jax.lax.axis_index(axis)
-    n = jax.lax.psum(1, axis)
-    placed = jnp.zeros((n * x.shape[0], *x.shape[1:]), x.dtype)
-    placed = jax.lax.dynamic_update_slice_in_dim(placed, x, index * x.shape[0], 0)
-    return jax.lax.psum(placed, axis)
 
 
 def _agree(x, axis):
@@ -78,7 +62,7 @@ def _output(x, axis):
     """Per-shard step outputs: scalars averaged, batched arrays gathered."""
     if x.ndim == 0:
         return _agree(x, axis)
-    return x if _varying(x, axis) is False else _gather(x, axis)
+    return x if _varying(x, axis) is False else gather_replicated(x, axis)
 
 
 class DataParallel(_transforms.jit):
@@ -141,11 +125,9 @@ class DataParallel(_transforms.jit):
             if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
                 return leaf  # already global
             if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-                data = multihost_utils.host_local_array_to_global_array(
-                    jax.random.key_data(leaf), self.mesh, spec
-                )
+                data = host_local_to_global(jax.random.key_data(leaf), self.mesh, spec)
                 return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
-            return multihost_utils.host_local_array_to_global_array(leaf, self.mesh, spec)
+            return host_local_to_global(leaf, self.mesh, spec)
 
         return jax.tree.map(convert, value)
 

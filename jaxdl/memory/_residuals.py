@@ -1,6 +1,6 @@
 """Residual accounting: what a backward pass keeps from the forward, where, and for which layer.
 
-Like `jax._src.ad_checkpoint.saved_residuals`, this traces `jax.vjp` of a loss
+Like JAX's internal `saved_residuals`, this traces `jax.vjp` of a loss
 (abstract inputs are enough: nothing runs) and reads the residual outputs of the
 jaxpr. It also attributes each residual to a layer (the `checkpoint_name` tag on
 its value, else the innermost `jax.named_scope`, which `offload` sets to the
@@ -14,9 +14,9 @@ import dataclasses
 
 import jax
 import numpy as np
-from jax._src import core, source_info_util
-from jax._src.ad_checkpoint import name_p
 
+from jaxdl._jax_compat import HOST_MEMORY, innermost_scope, name_p
+from jaxdl._jax_compat import jaxpr_core as core
 from jaxdl._module import Module
 from jaxdl._store import PARAM, STATE, Stateful
 from jaxdl._transforms import _retrying, _run_threaded, _stores_of
@@ -61,10 +61,7 @@ class Traced:
 
 
 def _scope_name(eqn) -> str:
-    for entry in reversed(eqn.source_info.name_stack.stack):
-        if isinstance(entry, source_info_util.Scope):
-            return entry.name
-    return "(outside layers)"
+    return innermost_scope(eqn.source_info.name_stack) or "(outside layers)"
 
 
 def _layer_of(var, producers) -> str:
@@ -77,7 +74,7 @@ def _layer_of(var, producers) -> str:
 
 
 def _on_host(aval) -> bool:
-    return getattr(aval, "memory_space", None) == core.MemorySpace.Host
+    return getattr(aval, "memory_space", None) == HOST_MEMORY
 
 
 def trace(fn, args) -> Traced:

@@ -29,8 +29,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
+
+from jaxdl._jax_compat import pallas as pl
+from jaxdl._jax_compat import pallas_triton as plgpu
 
 BIG_INDEX = 2**31 - 1  # index of an empty top-k slot / an unavailable column
 
