@@ -21,9 +21,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
-
+from jaxdl._jax_compat import pallas as pl
+from jaxdl._jax_compat import pallas_triton as plgpu
 from jaxdl.ops import _online
 from jaxdl.ops._attention_xla import head_seed, keep_mask
 
