@@ -21,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+
 from jaxdl._jax_compat import pallas as pl
 from jaxdl._jax_compat import pallas_triton as plgpu
 from jaxdl.ops import _online
