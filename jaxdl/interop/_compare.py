@@ -133,7 +133,9 @@ def _run_torch(torch, model, inputs, loss_fn):
     record, handles = _Recorder(), []
     for path, module in model.named_modules():
         def hook(module, args, output, path=path):
-            record(_display(path), output)
+            # A copy: a later in-place op (ReLU(inplace=True)) would change the output.
+            record(_display(path), torch.utils._pytree.tree_map_only(
+                torch.Tensor, lambda t: t.detach().clone(), output))
 
         handles.append(module.register_forward_hook(hook))
     try:

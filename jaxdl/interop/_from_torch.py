@@ -9,6 +9,9 @@ arguments are not stored verbatim, have their own converters. A torch option
 that jaxdl's constructor lacks is refused unless it holds torch's default, so a
 conversion never silently changes what the model computes.
 
+A module with its own forward is captured with torch.export instead
+(`_export.py`); its stock layers still convert here.
+
 torch is imported only when `from_torch` is called.
 """
 
@@ -160,34 +163,17 @@ def _join(prefix, name):
     return f"{prefix}.{name}" if prefix else name
 
 
-def from_torch(torch_module):
-    """Build the jaxdl twin of a torch module made of standard `torch.nn` layers.
-
-    Arguments:
-        torch_module: a `torch.nn` layer or container (Sequential, ModuleList,
-            ModuleDict) of such layers.
-
-    Returns:
-        The jaxdl module with the same structure, state_dict keys, weights,
-        buffers, training mode and frozen (requires_grad=False) parameters.
-
-    Raises:
-        NotImplementedError: naming the path and type of the first sub-module
-            that cannot be converted: a torch layer jaxdl does not have, a torch
-            option it does not support, or a custom Module subclass (its forward
-            is Python code: port it by hand as a jaxdl Module with the same
-            attribute names, then `load_state_dict(torch_module.state_dict())`).
-    """
-    import torch
+def _stock_converter(torch):
+    """`convert(module, path)`: the jaxdl layer for a tree of stock torch layers."""
 
     def convert(module, path):
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"from_torch expects a torch.nn.Module, got {type(module).__name__}")
         if not _is_standard(torch, module):
-            raise NotImplementedError(
+            raise _CustomModule(
                 f"from_torch: {_describe(path, module)} is a custom Module with its own "
-                "forward, which cannot be converted automatically. Write its jaxdl twin "
-                "(a jaxdl nn.Module with the same attribute names), build it, and call "
+                "forward: pass example_inputs (a tuple of torch tensors) so that it can be "
+                "captured with torch.export, or write its jaxdl twin by hand and call "
                 "twin.load_state_dict(torch_module.state_dict()).")
         converter = _SPECIAL.get(type(module).__name__, _generic)
         try:
@@ -197,7 +183,52 @@ def from_torch(torch_module):
                 raise
             raise NotImplementedError(f"from_torch: {_describe(path, module)}: {err}") from None
 
-    twin = convert(torch_module, "")
+    return convert
+
+
+class _CustomModule(NotImplementedError):
+    """A module with its own forward inside the tree: it needs torch.export."""
+
+
+def from_torch(torch_module, example_inputs=None, *, dynamic_shapes="batch"):
+    """Build the jaxdl twin of a torch module, weights copied.
+
+    A tree of standard `torch.nn` layers and containers converts layer by layer. Any
+    other module (its own `forward`) is captured with `torch.export` on
+    `example_inputs`, once in training and once in evaluation mode, and replayed with
+    jaxdl and JAX operations (`jaxdl/interop/_aten.py`); its stock layers inside become
+    jaxdl layers. See docs/interop.md.
+
+    Arguments:
+        torch_module: any `torch.nn.Module`.
+        example_inputs: a tuple of torch tensors (the positional arguments of its
+            forward), needed only for a module with its own forward. Shapes other than
+            these are accepted where `dynamic_shapes` allows them.
+        dynamic_shapes: "batch" (default: axis 0 of every input may vary, where the
+            forward allows it; torch.export's `Dim.AUTO`), None (every shape fixed), or
+            torch.export's `dynamic_shapes` argument itself.
+
+    Returns:
+        The jaxdl module with torch's state_dict keys, weights, buffers, train/eval
+        modes and frozen (requires_grad=False) parameters.
+
+    Raises:
+        NotImplementedError: naming the path and type of a stock layer or option jaxdl
+            lacks; for a captured forward, naming the aten operator without an entry in
+            the table and the line of the forward it came from; or when torch.export
+            cannot capture the forward (data-dependent control flow or shapes).
+    """
+    import torch
+
+    convert = _stock_converter(torch)
+    try:
+        twin = convert(torch_module, "")
+    except _CustomModule:
+        if example_inputs is None:
+            raise
+        from jaxdl.interop._export import convert_exported
+
+        twin = convert_exported(torch, torch_module, example_inputs, dynamic_shapes, convert)
     twin.load_state_dict(torch_module.state_dict())
     torch_modules = dict(torch_module.named_modules())
     for path, module in twin.named_modules():  # parents first: a child's own mode wins
