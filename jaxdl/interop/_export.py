@@ -19,6 +19,7 @@ numpy dtypes and plain Python values.
 
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -559,9 +560,11 @@ def _export(torch, module, example_inputs, dynamic_shapes, preserved):
         dims = torch.export.Dim.AUTO
         dynamic_shapes = tuple({0: dims} if x.ndim else None for x in example_inputs)
     try:
-        return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
-                                   preserve_module_call_signature=tuple(preserved),
-                                   strict=False)
+        with warnings.catch_warnings():  # RNNs re-assign their weight list; harmless here
+            warnings.filterwarnings("ignore", "The tensor attributes .* were assigned during")
+            return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
+                                       preserve_module_call_signature=tuple(preserved),
+                                       strict=False)
     except Exception as err:  # torch's own error says what and where; add what it means here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise NotImplementedError(

@@ -1,0 +1,316 @@
+"""from_torch on modules with their own forward (torch.export capture), torch as the oracle.
+
+The models are written as a researcher would write them; each converts, matches
+torch's outputs and every gradient in train and eval mode, and trains 20 SGD steps
+in step with torch on the same batches.
+"""
+
+import copy
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_twin import assert_close, rand
+
+import jaxdl as dl
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class CifarResNet(nn.Module):
+    def __init__(self, widths=(8, 16), num_classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, widths[0], 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(widths[0])
+        blocks, cin = [], widths[0]
+        for i, width in enumerate(widths):
+            blocks.append(BasicBlock(cin, width, 1 if i == 0 else 2))
+            cin = width
+        self.layers = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.stem(x)))
+        x = self.layers(x)
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2/V3-style block: expand, depthwise, squeeze-excite, project, residual."""
+
+    def __init__(self, cin=8, cout=8, expand=4, stride=1):
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        self.expand = nn.Sequential(nn.Conv2d(cin, hidden, 1, bias=False),
+                                    nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True))
+        self.dw = nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)
+        self.bn = nn.BatchNorm2d(hidden)
+        self.se_reduce = nn.Conv2d(hidden, hidden // 4, 1)
+        self.se_expand = nn.Conv2d(hidden // 4, hidden, 1)
+        self.project = nn.Conv2d(hidden, cout, 1, bias=False)
+        self.bn_out = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        y = self.expand(x)
+        y = F.hardswish(self.bn(self.dw(y)))
+        s = y.mean((2, 3), keepdim=True)
+        y = y * torch.sigmoid(self.se_expand(F.relu(self.se_reduce(s))))
+        y = self.bn_out(self.project(y))
+        return x + y if self.use_res else y
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim, heads, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        b, n, d = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(b, n, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, image=16, patch=4, dim=32, depth=2, heads=4, classes=10, dropout=0.0):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.dropout = dropout
+        self.blocks = nn.ModuleList([ViTBlock(dim, heads, dropout) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        x = F.dropout(x, self.dropout, self.training)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+def _double_conv(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True), nn.Conv2d(cout, cout, 3, padding=1),
+                         nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class UNet(nn.Module):
+    def __init__(self, cin=3, base=4, classes=2):
+        super().__init__()
+        self.down1 = _double_conv(cin, base)
+        self.down2 = _double_conv(base, 2 * base)
+        self.bottom = _double_conv(2 * base, 4 * base)
+        self.up2 = nn.ConvTranspose2d(4 * base, 2 * base, 2, stride=2)
+        self.dec2 = _double_conv(4 * base, 2 * base)
+        self.dec1 = _double_conv(3 * base, base)
+        self.out = nn.Conv2d(base, classes, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        d2 = self.down2(F.max_pool2d(d1, 2))
+        b = self.bottom(F.max_pool2d(d2, 2))
+        u2 = self.dec2(torch.cat([self.up2(b), d2], dim=1))
+        u1 = F.interpolate(u2, scale_factor=2, mode="bilinear", align_corners=False)
+        return self.out(self.dec1(torch.cat([u1, d1], dim=1)))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, vocab=50, dim=32, heads=4, block=16, dropout=0.0):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(block, dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.fc_out = nn.Linear(4 * dim, dim)
+        self.drop = nn.Dropout(dropout)
+        self.ln_f = nn.LayerNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.heads = heads
+        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(t, device=idx.device)))
+        q, k, v = self.attn(self.ln1(x)).split(x.size(-1), dim=2)
+        hd = x.size(-1) // self.heads
+        q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = self.drop(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, -1)
+        x = x + self.drop(self.proj(y))
+        x = x + self.drop(self.fc_out(F.gelu(self.fc(self.ln2(x)))))
+        return self.lm_head(self.ln_f(x))
+
+
+class Seq2Seq(nn.Module):
+    """LSTM encoder, LSTMCell decoder unrolled by a Python loop (teacher forcing)."""
+
+    def __init__(self, vocab=20, emb=8, hidden=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, emb)
+        self.encoder = nn.LSTM(emb, hidden, batch_first=True)
+        self.decoder = nn.LSTMCell(emb, hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, src, tgt):
+        _, (h, c) = self.encoder(self.embed(src))
+        h, c = h[0], c[0]
+        logits = []
+        for t in range(tgt.size(1)):
+            h, c = self.decoder(self.embed(tgt[:, t]), (h, c))
+            logits.append(self.out(h))
+        return torch.stack(logits, 1)
+
+
+def _images(rng, batch=2, channels=3, size=16):
+    return (rand(rng, batch, channels, size, size),)
+
+
+def _tokens(rng, vocab, *shape):
+    return rng.integers(0, vocab, shape).astype(np.int64)
+
+
+CASES = {
+    "cifar_resnet": (CifarResNet, _images),
+    "mobilenet_block": (InvertedResidual, lambda rng: _images(rng, channels=8, size=8)),
+    "vit": (ViT, _images),
+    "unet": (UNet, _images),
+    "gpt_block": (GPTBlock, lambda rng: (_tokens(rng, 50, 2, 8),)),
+    "seq2seq": (Seq2Seq, lambda rng: (_tokens(rng, 20, 2, 6), _tokens(rng, 20, 2, 4))),
+}
+
+
+def _convert(name, rng):
+    cls, make_inputs = CASES[name]
+    torch.manual_seed(0)
+    torch_model = cls()
+    inputs = make_inputs(rng)
+    model = dl.interop.from_torch(torch_model, tuple(torch.as_tensor(x) for x in inputs))
+    return torch_model, model, inputs
+
+
+def _torch_run(torch_model, inputs, rng, dtype, cotangent=None):
+    """Output and parameter gradients of sum(output * cotangent) in torch at `dtype`."""
+    args = [torch.as_tensor(x).to(dtype) if x.dtype.kind == "f" else torch.as_tensor(x)
+            for x in inputs]
+    out = torch_model(*args)
+    cotangent = rand(rng, *out.shape) if cotangent is None else cotangent
+    (out * torch.as_tensor(cotangent).to(dtype)).sum().backward()
+    grads = {n: p.grad.double().numpy() for n, p in torch_model.named_parameters()}
+    return out.detach().numpy(), grads, cotangent
+
+
+def _check_against_torch(torch_model, model, inputs, rng):
+    """Outputs within 1e-5 and every parameter gradient within 1e-4 relative, in train and
+    eval mode, and the buffers (BatchNorm statistics) after the call.
+
+    A gradient is judged against torch in float64: within 1e-4 of its largest entry, or
+    within twice torch's own float32 error. The second bound matters only for parameters
+    whose gradient is zero in exact arithmetic (a BatchNorm scale followed by another
+    BatchNorm: scale invariance), where float32 rounding in torch itself is 1e-3 relative.
+    """
+
+    @dl.jit
+    def run(model, cotangent, *xs):
+        def objective(m):
+            out = m(*xs)
+            return jnp.sum(out * cotangent), out
+        return dl.value_and_grad(objective, has_aux=True)(model)
+
+    for training in (True, False):
+        mode = "train" if training else "eval"
+        torch_model.train(training).zero_grad(set_to_none=True)
+        model.train(training)
+        model.load_state_dict(torch_model.state_dict())
+        reference = copy.deepcopy(torch_model).double()
+        expected, grads32, cotangent = _torch_run(torch_model, inputs, rng, torch.float32)
+        _, grads64, _ = _torch_run(reference, inputs, rng, torch.float64, cotangent)
+        (_, out), grads = run(model, jnp.asarray(cotangent), *[jnp.asarray(x) for x in inputs])
+        assert_close(out, expected, f"[{mode}] output", 1e-5)
+        for name, g64 in grads64.items():
+            own = np.max(np.abs(np.asarray(grads[name]) - g64))
+            torch_error = np.max(np.abs(grads32[name] - g64))
+            bound = 1e-4 * np.max(np.abs(g64)) + 2 * torch_error + 1e-7
+            assert own <= bound, f"[{mode}] grad of {name}: error {own:.3g} > {bound:.3g}"
+        for name, value in torch_model.named_buffers():
+            assert_close(model.state_dict()[name], value, f"[{mode}] buffer {name}", 1e-5)
+
+
+def _train_in_step(torch_model, model, inputs, rng, steps=20):
+    """SGD with momentum on the same batches; losses and final weights must agree."""
+    torch_model.train()
+    model.train()
+    with torch.no_grad():
+        target_shape = torch_model(*[torch.as_tensor(x) for x in inputs]).shape
+    model.load_state_dict(torch_model.state_dict())  # that call moved BatchNorm statistics
+    t_opt = torch.optim.SGD(torch_model.parameters(), lr=0.05, momentum=0.9)
+    opt = dl.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    @dl.jit
+    def step(model, opt, batch, target):
+        loss, grads = dl.value_and_grad(lambda m: jnp.mean((m(*batch) - target) ** 2))(model)
+        opt.step(grads)
+        return loss
+
+    make_inputs = CASES_BY_CLASS[type(torch_model)]
+    for i in range(steps):
+        batch = make_inputs(rng)
+        target = rand(rng, *target_shape)
+        t_opt.zero_grad()
+        t_loss = F.mse_loss(torch_model(*[torch.as_tensor(x) for x in batch]),
+                            torch.as_tensor(target))
+        t_loss.backward()
+        t_opt.step()
+        loss = step(model, opt, tuple(jnp.asarray(x) for x in batch), jnp.asarray(target))
+        assert_close(loss, t_loss, f"loss at step {i}", 1e-4)
+    for name, value in torch_model.state_dict().items():
+        assert_close(model.state_dict()[name], value, f"{name} after {steps} steps", 1e-4)
+
+
+CASES_BY_CLASS = {cls: make for cls, make in CASES.values()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_researcher_model_converts_matches_and_trains_in_step(name, rng):
+    torch_model, model, inputs = _convert(name, rng)
+    assert list(model.state_dict()) == list(torch_model.state_dict())
+    _check_against_torch(torch_model, model, inputs, rng)
+    _train_in_step(torch_model, model, inputs, rng)
