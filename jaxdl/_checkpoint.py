@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._extras import require
 from jaxdl._module import Module
 from jaxdl._store import RNG
 
@@ -30,9 +31,7 @@ class CheckpointError(ValueError):
 
 
 def _orbax():
-    import orbax.checkpoint as ocp  # the `data` extra; imported only when checkpointing
-
-    return ocp
+    return require("orbax.checkpoint", "data", "dl.save / dl.load")
 
 
 # ---- encoding: objects -> (JSON tree, flat dict of arrays) ----------------------------------------

@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 
+from jaxdl._extras import require
+
 
 def max_relative_difference(a, b) -> float:
     """max over steps of |a - b| / max(|b|, tiny): how far the two loss curves drift apart."""
@@ -51,7 +53,7 @@ def write_outputs(results, config, out):
     """Writes out/metrics.json (config, both runs, their difference) and out/loss_curve.png."""
     metrics = {"config": config, **results, "comparison": comparison(results)}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    import matplotlib
+    matplotlib = require("matplotlib", "data", "jaxdl train's loss-curve plot")
 
     matplotlib.use("Agg")  # files only: no display on servers and in tests
     import matplotlib.pyplot as plt

@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from jaxdl._extras import require
+
 
 def _optimizers():
     from jaxdl import optim
@@ -72,7 +74,7 @@ def main(argv=None) -> int:
         parser.error(f"model '{args.model}' does not take the {args.data} data's inputs; models "
                      f"for {args.data}: {', '.join(models.models_for(args.data))}")
     if args.compare_torch:
-        import torch
+        torch = require("torch", "torch", "jaxdl train --compare-torch")
 
         if models.model_entry(args.model).torch_twin is None:
             parser.error(f"--compare-torch: model '{args.model}' has no registered PyTorch twin")
@@ -112,7 +114,7 @@ def _timed(fn, *args):
 
 def _train(args):
     import jax.numpy as jnp
-    from tqdm import tqdm
+    tqdm = require("tqdm", "data", "jaxdl train").tqdm
 
     import jaxdl as dl
     from jaxdl import data, models, nn
@@ -198,7 +200,7 @@ class _TorchTwin:
     """The PyTorch model and optimizer, started from the jaxdl model's initial weights."""
 
     def __init__(self, entry, model, args):
-        import torch
+        torch = require("torch", "torch", "jaxdl train --compare-torch")
 
         self.torch = torch
         self.num_threads = torch.get_num_threads()

@@ -26,6 +26,7 @@ import weakref
 import jax
 import numpy as np
 
+from jaxdl._extras import require
 from jaxdl.data._collate import collate_samples
 from jaxdl.data._dataset import IterableDataset
 
@@ -138,9 +139,8 @@ def _shared_empty(shape, dtype):
     """
     if math.prod(shape) * dtype.itemsize < _MIN_SHARED_BYTES:
         return _aligned_empty(shape, dtype)
-    from grain.multiprocessing import SharedMemoryArray
-
-    return SharedMemoryArray(shape, dtype)
+    grain_mp = require("grain.multiprocessing", "data", "DataLoader(num_workers>0)")
+    return grain_mp.SharedMemoryArray(shape, dtype)
 
 
 class DataLoader:
@@ -324,7 +324,7 @@ class DataLoader:
             # percent of the benchmark's epoch), so the batches are read straight off.
             self._pipeline, self._pipeline_next = map(source.__getitem__, itertools.count(start)), start
             return self._pipeline
-        import grain  # deferred: grain is the `data` extra and slow to import
+        grain = require("grain", "data", "DataLoader(num_workers>0)")  # deferred: slow to import
 
         ds = grain.MapDataset.source(source)[start:].to_iter_dataset(
             grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))  # in memory: no threads

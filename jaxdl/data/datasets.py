@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from jaxdl._extras import require
 from jaxdl.data._dataset import Dataset, TensorDataset
 
 # The digits split is part of the dataset's definition: never change this seed.
@@ -22,9 +23,7 @@ def digits(split: str = "train") -> TensorDataset:
     """
     if split not in ("train", "test"):
         raise ValueError(f"digits: split must be 'train' or 'test', got {split!r}")
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
+    data = require("sklearn.datasets", "data", "datasets.digits").load_digits()
     images = (data.images.astype(np.float32) / 16.0)[:, None, :, :]
     labels = data.target.astype(np.int32)
     order = np.random.default_rng(_DIGITS_SPLIT_SEED).permutation(len(labels))

@@ -12,6 +12,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._extras import require
 from jaxdl._module import to_numpy
 from jaxdl._transforms import jit as dl_jit
 from jaxdl._transforms import value_and_grad
@@ -217,7 +218,7 @@ def compare(torch_model, jaxdl_model, inputs, loss_fn=None, *, rtol: float = 1e-
     Put both models in the same mode; in training mode dropout draws different masks on
     each side. Both models run once (BatchNorm statistics advance once each).
     """
-    import torch
+    torch = require("torch", "torch", "dl.interop.compare")
 
     inputs = tuple(inputs) if isinstance(inputs, tuple | list) else (inputs,)
     inputs = tuple(to_numpy(x) for x in inputs)

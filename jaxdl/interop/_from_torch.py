@@ -21,6 +21,7 @@ import inspect
 import jax.numpy as jnp
 
 from jaxdl import nn
+from jaxdl._extras import require
 from jaxdl._module import to_numpy
 
 # jaxdl constructor arguments never read from the torch module.
@@ -218,7 +219,7 @@ def from_torch(torch_module, example_inputs=None, *, dynamic_shapes="batch"):
             the table and the line of the forward it came from; or when torch.export
             cannot capture the forward (data-dependent control flow or shapes).
     """
-    import torch
+    torch = require("torch", "torch", "dl.interop.from_torch")
 
     convert = _stock_converter(torch)
     try:

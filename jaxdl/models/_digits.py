@@ -5,11 +5,12 @@ shapes and the forward computation match the jaxdl model one to one.
 """
 
 from jaxdl import nn
+from jaxdl._extras import require
 from jaxdl.models._registry import register_model
 
 
 def _torch_mlp(num_classes=10, hidden=128):
-    import torch
+    torch = require("torch", "torch", "the PyTorch twin of mlp")
 
     class MLP(torch.nn.Module):
         def __init__(self):
@@ -36,7 +37,7 @@ class DigitsMLP(nn.Module):
 
 
 def _torch_cnn(num_classes=10):
-    import torch
+    torch = require("torch", "torch", "the PyTorch twin of cnn")
 
     class CNN(torch.nn.Module):
         def __init__(self):

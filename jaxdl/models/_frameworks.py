@@ -15,6 +15,7 @@ import types
 import jax.numpy as jnp
 
 from jaxdl import nn as jnn
+from jaxdl._extras import require
 
 JAX_OPS = types.SimpleNamespace(
     cat=lambda xs, dim: jnp.concatenate(xs, axis=dim),
@@ -28,7 +29,7 @@ JAX_OPS = types.SimpleNamespace(
 
 
 def _torch_ops():
-    import torch
+    torch = require("torch", "torch", "a model's PyTorch twin")
 
     def causal_mask(x):
         return torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).triu(1)
@@ -47,7 +48,7 @@ def two_frameworks(define):
 
     @functools.cache
     def torch_classes():
-        import torch
+        torch = require("torch", "torch", "a model's PyTorch twin")
 
         return define(torch.nn, torch.nn.functional, _torch_ops())
 

@@ -17,6 +17,7 @@ import types
 import jax.numpy as jnp
 
 from jaxdl import nn as jnn
+from jaxdl._extras import require
 from jaxdl.models._registry import register_model
 
 VGG_CONFIGS = {
@@ -197,7 +198,7 @@ JAXDL = _define(jnn, jnn.functional, lambda xs: jnp.concatenate(xs, axis=1))
 
 @functools.cache
 def _torch_classes():
-    import torch
+    torch = require("torch", "torch", "the PyTorch twins of the ImageNet models")
 
     return _define(torch.nn, torch.nn.functional, lambda xs: torch.cat(xs, 1))
 
