@@ -1,6 +1,6 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
-from jaxdl import amp, data, distributed, interop, memory, nn, ops, optim
+from jaxdl import accelerator, amp, cuda, data, distributed, interop, memory, nn, ops, optim
 from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
@@ -8,8 +8,10 @@ from jaxdl._transforms import checkpoint, grad, jit, value_and_grad, vmap
 from jaxdl._xla_options import xla_compiler_options
 
 __all__ = [
+    "accelerator",
     "amp",
     "checkpoint",
+    "cuda",
     "data",
     "distributed",
     "grad",
