@@ -1,4 +1,4 @@
-"""dl.accelerator / dl.cuda (jaxdl/_devices.py): torch.accelerator's and torch.cuda's behaviour on JAX devices.
+"""dl.accelerator / dl.cuda (jaxdl/_devices.py): torch.accelerator and torch.cuda behaviour on JAX devices.
 
 On this CPU-only machine the real backend shows the no-accelerator behaviour; the
 bookkeeping on XLA's counters (peak after a reset, free/total, device names) runs
