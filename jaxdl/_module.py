@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl import _convert
 from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join
 
 _no_grad_depth = 0
@@ -443,22 +444,17 @@ class Module(Stateful):
     def zero_grad(self, set_to_none: bool = True):
         """Kept for ported code: jaxdl gradients are return values, never accumulated."""
 
-    def to(self, dtype_or_device=None, *, dtype=None, device=None):
-        """Cast floating parameters and buffers to a dtype and/or move them to a device."""
-        if isinstance(dtype_or_device, jax.Device | str) and dtype_or_device not in jnp.sctypeDict:
-            device = dtype_or_device
-        elif dtype_or_device is not None:
-            dtype = dtype_or_device
-        if isinstance(device, str):
-            device = jax.devices(device.split(":")[0].replace("cuda", "gpu"))[0]
-        for _, module, name in [*self._named_slots("_params"), *self._named_slots("_buffers")]:
-            value = getattr(module, name)
-            if dtype is not None and jnp.issubdtype(value.dtype, jnp.floating):
-                value = value.astype(dtype)
-            if device is not None:
-                value = jax.device_put(value, device)
-            setattr(module, name, value)
-        return self
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False):
+        """`to(device)`, `to(dtype)`, `to(device, dtype)`, `to(array)`, `to(sharding)`, as torch's:
+        casts floating parameters and buffers, places every array (see `_convert.py`)."""
+        return _convert.module_to(self, args, device, dtype)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        """Move to a GPU (`device`: index or name); RuntimeError where JAX sees none."""
+        return self.to("cuda" if device is None else device)
 
     def float(self):
         return self.to(jnp.float32)

@@ -15,6 +15,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
+from jaxdl._convert import as_dtype
 from jaxdl._store import STATE, Stateful, Store
 
 _policy: list = []  # stack of active dtypes (None where autocast(enabled=False))
@@ -59,17 +60,18 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
 
     Arguments:
         device_type: accepted for ported code ("cuda", "cpu"); the policy is the same.
-        dtype: `jnp.bfloat16` (default) or `jnp.float16`.
+        dtype: `jnp.bfloat16` (default) or `jnp.float16` (torch's dtypes work too).
         enabled: False turns autocast off inside an enclosing autocast region.
     """
 
     def __init__(self, device_type: str = "cuda", dtype=jnp.bfloat16, enabled: bool = True,
                  cache_enabled=None):
-        if not isinstance(device_type, str):  # autocast(jnp.bfloat16)
+        if not isinstance(device_type, str):  # autocast(jnp.bfloat16) or autocast(torch.float16)
             device_type, dtype = "cuda", device_type
-        if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-            raise ValueError(f"autocast dtype must be bfloat16 or float16, got {jnp.dtype(dtype)}")
-        self.device_type, self.dtype, self.enabled = device_type, jnp.dtype(dtype), bool(enabled)
+        dtype = as_dtype(dtype)
+        if dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+            raise ValueError(f"autocast dtype must be bfloat16 or float16, got {dtype}")
+        self.device_type, self.dtype, self.enabled = device_type, dtype, bool(enabled)
 
     def __enter__(self):
         _policy.append(self.dtype if self.enabled else None)

@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter, ShapeError
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
@@ -48,7 +49,7 @@ class MultiheadAttention(Module):
         self.batch_first = batch_first
         self.head_dim = embed_dim // num_heads
         self.add_zero_attn = add_zero_attn
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         keys = KeyStream(key)
 
         def xavier(shape, sampler=init.xavier_uniform_):

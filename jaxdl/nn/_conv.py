@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import amp
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import _conv_cpu
@@ -223,7 +224,7 @@ class _ConvNd(Module):
         self.output_padding = _tuple(output_padding, n, "output_padding")
         self.groups, self.padding_mode = groups, padding_mode
         keys = KeyStream(key)
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         shape = ((in_channels, out_channels // groups) if self._transposed
                  else (out_channels, in_channels // groups)) + self.kernel_size
         self.weight = Parameter(default_weight(keys(), shape).astype(dtype))

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import _random
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 
@@ -103,7 +104,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
 
 def _table(num_embeddings, embedding_dim, padding_idx, weight, dtype, key):
     """Given weights, or PyTorch's init N(0, 1) with the padding row zeroed."""
-    dtype = jnp.float32 if dtype is None else dtype
+    dtype = as_dtype(dtype, jnp.float32)
     if weight is not None:
         return jnp.asarray(weight, dtype)
     table = _random.normal(KeyStream(key)(), (num_embeddings, embedding_dim), dtype)

@@ -5,6 +5,7 @@ import math
 import jax.numpy as jnp
 
 from jaxdl import _random
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
@@ -28,7 +29,7 @@ class Linear(Module):
         keys = KeyStream(key)
         self.in_features = in_features
         self.out_features = out_features
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.weight = Parameter(default_weight(keys(), (out_features, in_features)).astype(dtype))
         if bias:
             self.bias = Parameter(bias_uniform(keys(), (out_features,), in_features).astype(dtype))
@@ -53,7 +54,7 @@ class Bilinear(Module):
         keys = KeyStream(key)
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         bound = 1.0 / math.sqrt(in1_features)
         shape = (out_features, in1_features, in2_features)
         self.weight = Parameter(_random.uniform(keys(), shape, dtype, -bound, bound))

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import amp
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._transforms import data_axis
 
@@ -131,7 +132,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 def _register_affine(module, shape, dtype, weight: bool = True, bias: bool = True):
     """The learnable scale (ones) and shift (zeros) of a norm layer, or None parameters."""
-    dtype = jnp.float32 if dtype is None else dtype
+    dtype = as_dtype(dtype, jnp.float32)
     module.register_parameter("weight", Parameter(jnp.ones(shape, dtype)) if weight else None)
     module.register_parameter("bias", Parameter(jnp.zeros(shape, dtype)) if weight and bias else None)
 
@@ -147,7 +148,7 @@ class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None):
         super().__init__()
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         _register_affine(self, (num_features,), dtype, affine)
@@ -230,7 +231,7 @@ class InstanceNorm2d(Module):
         super().__init__()
         if track_running_stats:
             raise NotImplementedError("InstanceNorm2d(track_running_stats=True)")
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         _register_affine(self, (num_features,), dtype, affine)
@@ -262,7 +263,7 @@ class LayerNorm(_LastAxesNorm):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
                  device=None, dtype=None):
         super().__init__()
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         _register_affine(self, self.normalized_shape, dtype, elementwise_affine, bias)
@@ -281,7 +282,7 @@ class RMSNorm(_LastAxesNorm):
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
                  dtype=None):
         super().__init__()
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         if elementwise_affine:
@@ -304,7 +305,7 @@ class GroupNorm(Module):
         if num_channels % num_groups:
             raise ValueError(f"num_channels {num_channels} must be divisible by num_groups "
                              f"{num_groups}")
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         self.num_groups, self.num_channels, self.eps, self.affine = (
             num_groups, num_channels, eps, affine)
         _register_affine(self, (num_channels,), dtype, affine)

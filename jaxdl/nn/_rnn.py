@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import _random
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import functional as F
@@ -115,7 +116,7 @@ class RNNBase(Module):
         self.dropout = float(dropout)
         self.bidirectional = bidirectional
         self.proj_size = proj_size
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         keys = KeyStream(key)
         gate_size = _GATES[mode] * hidden_size
         directions = 2 if bidirectional else 1
@@ -294,7 +295,7 @@ class RNNCellBase(Module):
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
-        dtype = jnp.float32 if dtype is None else dtype
+        dtype = as_dtype(dtype, jnp.float32)
         keys = KeyStream(key)
         gate_size = _GATES[mode] * hidden_size
         self.weight_ih = _uniform_init(keys, (gate_size, input_size), hidden_size, dtype)
