@@ -211,7 +211,8 @@ def load(path, target=None):
         target: optional, the same structure as saved, holding live objects:
             modules, optimizers, schedulers, scalers (and anything with
             `load_state_dict`) are filled in place. All-or-nothing: every
-            mismatch (keys, shapes, object kinds) is reported in one
+            mismatch (keys, shapes, object kinds, the class of optimizers, schedulers
+            and scalers) is reported in one
             CheckpointError and nothing is written.
 
     Returns:
@@ -246,6 +247,10 @@ def _match(target, node, arrays, where, writes, problems):
     if hasattr(target, "load_state_dict") and hasattr(target, "state_dict"):
         if kind != "stateful":
             problems.append(f"{label}: target is a {type(target).__name__}, saved is {kind}")
+            return target
+        if node["class"] != type(target).__name__:  # e.g. Adam's state into an SGD
+            problems.append(f"{label}: target is a {type(target).__name__}, saved is a "
+                            f"{node['class']}")
             return target
         _match_stateful(target, _decode(node["state"], arrays), label, writes, problems)
         return target

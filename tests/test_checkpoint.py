@@ -100,6 +100,32 @@ def test_load_into_other_structure_lists_mismatches_and_changes_nothing(tmp_path
         dl.load(tmp_path / "c", target={**build(0), "extra": 1})
 
 
+def test_load_refuses_another_optimizer_scheduler_or_scaler_class(tmp_path):
+    saved = build(0)
+    dl.save(saved, tmp_path / "fresh")  # Adam family, before its first step: no state yet
+    run(saved, range(2))
+    dl.save(saved, tmp_path / "stepped")
+    target = build(1)
+    model = target["model"]
+    sgd = optim.SGD(model.parameters(), lr=0.5)
+    exponential = optim.lr_scheduler.ExponentialLR(sgd, gamma=0.5)
+    before = {k: np.asarray(v) for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError) as err:
+        dl.load(tmp_path / "fresh", target={**target, "opt": sgd, "scheduler": exponential,
+                                            "scaler": optim.SGD(model.parameters())})
+    assert "opt: target is a SGD, saved is a AdamW" in str(err.value)
+    assert "scaler: target is a SGD, saved is a GradScaler" in str(err.value)
+    assert "scheduler: target is a ExponentialLR, saved is a OneCycleLR" in str(err.value)
+    assert sgd.param_groups[0]["lr"] == 0.5 and "betas" not in sgd.param_groups[0]
+    adam = optim.Adam(model.parameters(), lr=1e-2)
+    with pytest.raises(CheckpointError, match="opt: target is a Adam, saved is a AdamW"):
+        dl.load(tmp_path / "stepped", target={**target, "opt": adam})
+    assert not adam.state_dict()["state"]
+    for key, value in model.state_dict().items():  # all-or-nothing: the model was not loaded
+        np.testing.assert_array_equal(np.asarray(value), before[key])
+    dl.load(tmp_path / "stepped", target=target)  # the same classes load
+
+
 def test_bad_paths_and_corruption_give_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="no jaxdl checkpoint"):
         dl.load(tmp_path / "nothing")
