@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 
 import jax.numpy as jnp
@@ -145,37 +144,57 @@ def test_bad_paths_and_corruption_give_clear_errors(tmp_path):
 
 KILLED_SAVER = textwrap.dedent("""
     import sys
+    import threading
     import numpy as np
+    import orbax.checkpoint as ocp
     import jaxdl as dl
-    path = sys.argv[1]
-    for version in range(1, 1000):
-        tree = {"version": version, "w": np.full((2000, 2000), version, np.float32),
-                "v": np.full((1000, 1000), version, np.float32)}
-        print("start", version, flush=True)
+    from jaxdl import _checkpoint
+
+    path, stage = sys.argv[1], sys.argv[2]
+    version = 0
+
+    def pause_in_third_save(step):
+        def paused(*args, **kwargs):
+            if version == 3:
+                print("inside 3", flush=True)
+                threading.Event().wait()  # until the parent kills this process
+            return step(*args, **kwargs)
+        return paused
+
+    if stage == "orbax-rename":  # data written to orbax's temporary directory, not renamed yet
+        handler = ocp.CompositeCheckpointHandler
+        handler.finalize = pause_in_third_save(handler.finalize)
+    else:  # ckpt-3 complete, LATEST still names ckpt-2
+        _checkpoint._point_latest = pause_in_third_save(_checkpoint._point_latest)
+    for version in range(1, 4):
+        tree = {"version": version, "w": np.full((200, 200), version, np.float32)}
         dl.save(tree, path)
         print("done", version, flush=True)
 """)
 
 
-def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path):
+@pytest.mark.parametrize("stage", ["orbax-rename", "latest-file"])
+def test_save_killed_midway_leaves_previous_checkpoint_loadable(tmp_path, stage):
     path = str(tmp_path / "c")
-    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVER, path], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVER, path, stage],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        lines = []
-        while not any(line.startswith("start 3") for line in lines):
+        lines = []  # the child says when it is inside its third save, and waits there
+        while not lines or lines[-1] != "inside 3\n":
             lines.append(child.stdout.readline())
-            assert lines[-1], "saver exited early"
-        time.sleep(0.05)  # inside the third save
+            assert lines[-1], f"saver exited without reaching the third save: {lines}"
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
         child.wait()
-    done = [int(line.split()[1]) for line in lines if line.startswith("done")]
-    assert done == [1, 2]
+    assert lines == ["done 1\n", "done 2\n", "inside 3\n"]
+    left = set(os.listdir(path)) - {"LATEST", "ckpt-1"}  # saves 1 and 2 wrote ckpt-0, ckpt-1
+    assert left and all(entry.startswith("ckpt-2") for entry in left), left  # the killed save's
     out = dl.load(path)
-    assert out["version"] in (2, 3)  # the last complete save (3 only if it finished first)
-    assert np.all(out["w"] == out["version"]) and np.all(out["v"] == out["version"])
+    assert out["version"] == 2 and np.all(out["w"] == 2)
+    written = dl.save({"version": 4}, path)  # the next save clears what the killed one left
+    assert sorted(os.listdir(path)) == ["LATEST", os.path.basename(written)]
+    assert dl.load(path) == {"version": 4}
 
 
 # ---- .pth files written by torch ---------------------------------------------------------------
