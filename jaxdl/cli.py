@@ -12,6 +12,7 @@ result table and writes `metrics.json` and `loss_curve.png` to `--out`. With
 import argparse
 import contextlib
 import importlib.util
+import math
 import pathlib
 import sys
 import time
@@ -36,6 +37,30 @@ def _datasets():
     return {"digits": datasets.digits}
 
 
+# argparse types: a bad value is a usage error (exit status 2), never a traceback later.
+def _int_at_least(low: int):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jaxdl import models
 
@@ -44,16 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a model, optionally against PyTorch")
     train.add_argument("--model", required=True, choices=models.list_models())
     train.add_argument("--data", default="digits", choices=sorted(_datasets()))
-    train.add_argument("--epochs", type=int, default=5)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--epochs", type=_int_at_least(1), default=5)
+    train.add_argument("--batch-size", type=_int_at_least(1), default=32)
+    train.add_argument("--lr", type=_positive_float, default=1e-3)
     train.add_argument("--optimizer", default="adam", type=str.lower,
                        choices=sorted(_optimizers()))
     train.add_argument("--amp", choices=["bf16"], default=None,
                        help="mixed precision through jaxdl.amp.autocast")
     train.add_argument("--compare-torch", action="store_true",
                        help="train the PyTorch twin on the same weights and batches")
-    train.add_argument("--num-workers", type=int, default=0)
+    train.add_argument("--num-workers", type=_int_at_least(0), default=0)
     train.add_argument("--out", default=None, help="output directory (default runs/MODEL-DATA)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -71,6 +71,26 @@ def test_unknown_names_list_the_valid_choices(capsys, flag, bad, valid):
     assert all(f"'{name}'" in err for name in valid)
 
 
+@pytest.mark.parametrize("flag, bad, why", [
+    ("--epochs", "0", "must be an integer >= 1, got 0"),
+    ("--epochs", "-2", "must be an integer >= 1, got -2"),
+    ("--batch-size", "0", "must be an integer >= 1, got 0"),
+    ("--num-workers", "-1", "must be an integer >= 0, got -1"),
+    ("--lr", "-1", "must be a finite number > 0, got -1"),
+    ("--lr", "0", "must be a finite number > 0, got 0"),
+    ("--lr", "nan", "must be a finite number > 0, got nan"),
+    ("--lr", "inf", "must be a finite number > 0, got inf"),
+    ("--epochs", "two", "invalid int value: 'two'"),
+])
+def test_bad_numbers_are_usage_errors(capsys, tmp_path, flag, bad, why):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "--model", "mlp", "--out", str(tmp_path), flag, bad])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: jaxdl train") and f"argument {flag}: {why}" in err
+    assert "Traceback" not in err and not any(tmp_path.iterdir())  # stopped before any work
+
+
 def test_a_model_that_does_not_take_the_data_names_the_ones_that_do(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["train", "--model", "resnet18", "--data", "digits"])
