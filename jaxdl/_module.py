@@ -286,6 +286,14 @@ class Module(Stateful):
                 f"input with size {size} on axis {axis}", "", f"shape {tuple(x.shape)}"
             )
 
+    def _check_floating(self, x):
+        """Layers with float weights refuse integer, bool and complex inputs, as torch's do,
+        rather than promote them silently."""
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            like = next((v.dtype for _, v in self.named_parameters()), jnp.dtype(jnp.float32))
+            raise ShapeError(f"{self._describe()}: expected a floating-point input ({like}, like "
+                             f"its parameters), got dtype {x.dtype}")
+
     # ---- traversal ------------------------------------------------------------------------
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
         if memo is None:

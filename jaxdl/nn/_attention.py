@@ -11,9 +11,11 @@ from jaxdl.nn._linear import Linear
 
 
 def check_argument(module, x, name, ndims, size):
-    """`module._check_input` on the argument `name`, which the error then names."""
+    """`module._check_input` (and a floating dtype) on the argument `name`, which the error
+    then names."""
     try:
         module._check_input(x, ndims, -1, size)
+        module._check_floating(x)
     except ShapeError as err:
         raise ShapeError(f"{err} (argument {name})") from None
 

@@ -236,8 +236,7 @@ class _ConvNd(Module):
 
     def _check(self, input):
         self._check_input(input, (self._n + 1, self._n + 2), -self._n - 1, self.in_channels)
-        if not jnp.issubdtype(input.dtype, jnp.floating):
-            raise self._input_error("a floating input, dtype", "float*", input.dtype)
+        self._check_floating(input)
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

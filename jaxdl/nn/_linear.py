@@ -38,6 +38,7 @@ class Linear(Module):
 
     def forward(self, input):
         self._check_input(input, range(1, 33), -1, self.in_features)
+        self._check_floating(input)
         return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self):
@@ -66,6 +67,8 @@ class Bilinear(Module):
     def forward(self, input1, input2):
         self._check_input(input1, range(1, 33), -1, self.in1_features)
         self._check_input(input2, range(1, 33), -1, self.in2_features)
+        self._check_floating(input1)
+        self._check_floating(input2)
         if input1.shape[:-1] != input2.shape[:-1]:
             raise self._input_error("inputs with equal leading shapes,", tuple(input1.shape[:-1]),
                                     tuple(input2.shape[:-1]))

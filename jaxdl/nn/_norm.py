@@ -163,6 +163,7 @@ class _BatchNorm(Module):
 
     def _check(self, input):
         self._check_input(input, self._ranks, 1, self.num_features)
+        self._check_floating(input)
 
     def _stats_axis(self):
         return self.axis_name
@@ -238,6 +239,7 @@ class InstanceNorm2d(Module):
 
     def forward(self, input):
         self._check_input(input, (3, 4), -3, self.num_features)
+        self._check_floating(input)
         x = input[None] if input.ndim == 3 else input
         out = instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
         return out[0] if input.ndim == 3 else out
@@ -257,6 +259,7 @@ class _LastAxesNorm(Module):
         if input.ndim < n or tuple(input.shape[input.ndim - n:]) != self.normalized_shape:
             raise self._input_error("input whose trailing shape is", self.normalized_shape,
                                     f"shape {tuple(input.shape)}")
+        self._check_floating(input)
 
 
 class LayerNorm(_LastAxesNorm):
@@ -312,6 +315,7 @@ class GroupNorm(Module):
 
     def forward(self, input):
         self._check_input(input, tuple(range(2, 33)), 1, self.num_channels)
+        self._check_floating(input)
         return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
@@ -325,6 +329,7 @@ class LocalResponseNorm(Module):
 
     def forward(self, input):
         self._check_input(input, tuple(range(3, 33)))
+        self._check_floating(input)
         return local_response_norm(input, self.size, self.alpha, self.beta, self.k)
 
     def extra_repr(self):

@@ -190,6 +190,7 @@ class RNNBase(Module):
 
     def forward(self, input, hx=None):
         self._check_input(input, (2, 3), -1, self.input_size)
+        self._check_floating(input)
         batched = input.ndim == 3
         xs = input if batched else input[:, None]
         if batched and self.batch_first:
@@ -309,6 +310,7 @@ class RNNCellBase(Module):
 
     def forward(self, input, hx=None):
         self._check_input(input, (1, 2), -1, self.input_size)
+        self._check_floating(input)
         batched = input.ndim == 2
         x = input if batched else input[None]
         want = (x.shape[0], self.hidden_size)
