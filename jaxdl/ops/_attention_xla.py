@@ -11,6 +11,7 @@ diagonal are skipped (the loops' trip counts depend on the block index).
 """
 
 import dataclasses
+import functools
 
 import jax.numpy as jnp
 from jax import lax
@@ -66,14 +67,6 @@ def blocks_for(n_q, n_k):
     return min(BLOCK, n_q), min(BLOCK, n_k)
 
 
-def _pad(x, axis, size, value=0.0):
-    if x.shape[axis] == size:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, widths, constant_values=value)
-
-
 def _cdiv(a, b):
     return -(-a // b)
 
@@ -93,19 +86,42 @@ class _Tiling:
     def k_blocks(self):
         return _cdiv(self.n_k, self.bk)
 
-    def key_blocks_seen(self, i, causal):
-        """Key blocks query block i needs: all, or (causal, top-left) up to its last row."""
+    def key_ranges(self, i, causal):
+        """Key blocks of query block i: [0, a) need no mask, [a, b) do (the causal
+        diagonal, the ragged last block); blocks from b on are skipped."""
+        whole = self.n_k // self.bk  # blocks without padded keys
         if not causal:
-            return self.k_blocks
-        return jnp.minimum(self.k_blocks, _cdiv((i + 1) * self.bq, self.bk))
+            return whole, self.k_blocks
+        seen = jnp.minimum(self.k_blocks, _cdiv((i + 1) * self.bq, self.bk))
+        below = jnp.minimum(whole, (i * self.bq + 1) // self.bk)  # every row sees every key
+        return below, seen
 
-    def first_query_block(self, j, causal):
-        """The first query block that sees key block j."""
-        return (j * self.bk) // self.bq if causal else 0
+    def query_ranges(self, j, causal):
+        """Query blocks that see key block j: [a, b) need a mask, [b, end) do not."""
+        if not causal:
+            return 0, jnp.where((j + 1) * self.bk > self.n_k, self.q_blocks, 0)
+        first = (j * self.bk) // self.bq
+        unmasked = jnp.where((j + 1) * self.bk > self.n_k, self.q_blocks,
+                             jnp.minimum(self.q_blocks, _cdiv((j + 1) * self.bk - 1, self.bq)))
+        return first, unmasked
 
 
-def _rows(x, i, size, axis):
-    return lax.dynamic_slice_in_dim(x, i * size, size, axis)
+def _to_blocks(x, axis, size, value=0.0):
+    """Split `axis` into blocks of `size` (padded with `value`), block index first."""
+    n = _cdiv(x.shape[axis], size)
+    if x.shape[axis] != n * size:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, n * size - x.shape[axis])
+        x = jnp.pad(x, widths, constant_values=value)
+    x = x.reshape(*x.shape[:axis], n, size, *x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def _from_blocks(x, axis, n):
+    """Inverse of `_to_blocks` (block index first -> `axis`), cut to length n."""
+    x = jnp.moveaxis(x, 0, axis)
+    x = x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
+    return lax.slice_in_dim(x, 0, n, axis=axis)
 
 
 def _bias_tile(bias, t, i, j):
@@ -113,23 +129,48 @@ def _bias_tile(bias, t, i, j):
     if bias is None:
         return None
     if bias.shape[-2] > 1:
-        bias = _rows(bias, i, t.bq, -2)
+        bias = lax.dynamic_slice_in_dim(bias, i * t.bq, t.bq, 3)
     if bias.shape[-1] > 1:
-        bias = _rows(bias, j, t.bk, -1)
+        bias = lax.dynamic_slice_in_dim(bias, j * t.bk, t.bk, 4)
     return bias
 
 
-def _scores(qi, kj, bias_tile, i, j, t, cfg, heads):
+# G query heads share a key/value head: fold them into the rows of 4-d matrix products
+# (a 5-d product made XLA copy each score tile into another layout)
+
+
+def _rows_times(x, y):
+    """x (B, Hk, G, n, c) @ y (B, Hk, c, d) -> (B, Hk, G, n, d), float32."""
+    b, h, g, n, c = x.shape
+    out = jnp.einsum("bhqc,bhcd->bhqd", x.reshape(b, h, g * n, c), y, preferred_element_type=F32)
+    return out.reshape(b, h, g, n, -1)
+
+
+def _rows_times_t(x, y):
+    """x (B, Hk, G, n, c) @ y (B, Hk, d, c)^T -> (B, Hk, G, n, d), float32."""
+    b, h, g, n, c = x.shape
+    out = jnp.einsum("bhqc,bhdc->bhqd", x.reshape(b, h, g * n, c), y, preferred_element_type=F32)
+    return out.reshape(b, h, g, n, -1)
+
+
+def _t_times(x, y):
+    """x (B, Hk, G, n, c)^T @ y (B, Hk, G, n, d) summed over G -> (B, Hk, c, d), float32."""
+    b, h, g, n, c = x.shape
+    return jnp.einsum("bhqc,bhqd->bhcd", x.reshape(b, h, g * n, c),
+                      y.reshape(b, h, g * n, -1), preferred_element_type=F32)
+
+
+def _scores(qi, kj, bias_tile, i, j, t, cfg, heads, masked=True):
     """Scaled scores of one tile, float32, -inf where masked; plus the dropout mask."""
-    s = jnp.einsum("bhgqe,bhke->bhgqk", qi, kj, preferred_element_type=F32) * cfg.scale
+    s = _rows_times_t(qi, kj) * cfg.scale
     if bias_tile is not None:
         s = s + bias_tile
     rows = i * t.bq + lax.broadcasted_iota(jnp.int32, (t.bq, 1), 0)
     cols = j * t.bk + lax.broadcasted_iota(jnp.int32, (1, t.bk), 1)
-    valid = cols < t.n_k
-    if cfg.causal:
-        valid = valid & (cols <= rows)
-    if t.n_k % t.bk or cfg.causal:
+    if masked:
+        valid = cols < t.n_k
+        if cfg.causal:
+            valid = valid & (cols <= rows)
         s = jnp.where(valid, s, -jnp.inf)
     keep = None
     if cfg.dropout_p > 0.0:
@@ -145,13 +186,15 @@ def _head_seeds(seeds, shape):
 
 
 def _prepare(q, k, v, bias, bq, bk):
+    """Block-major copies (block index first: each tile a contiguous slice)."""
     t = _Tiling(q.shape[3], k.shape[2], bq, bk)
-    lp, sp = t.q_blocks * bq, t.k_blocks * bk
-    q, k, v = _pad(q, 3, lp), _pad(k, 2, sp), _pad(v, 2, sp)
     if bias is not None:
-        bias = bias if bias.shape[-2] == 1 else _pad(bias, 3, lp)
-        bias = bias if bias.shape[-1] == 1 else _pad(bias, 4, sp)
-    return t, q, k, v, bias
+        lp, sp = t.q_blocks * bq, t.k_blocks * bk
+        if bias.shape[-2] > 1 and lp > t.n_q:
+            bias = jnp.pad(bias, [(0, 0)] * 3 + [(0, lp - t.n_q), (0, 0)])
+        if bias.shape[-1] > 1 and sp > t.n_k:
+            bias = jnp.pad(bias, [(0, 0)] * 4 + [(0, sp - t.n_k)])
+    return t, _to_blocks(q, 3, bq), _to_blocks(k, 2, bk), _to_blocks(v, 2, bk), bias
 
 
 # ---- forward ----------------------------------------------------------------------------------
@@ -162,19 +205,16 @@ def forward(q, k, v, bias, seeds, cfg, blocks=None):
     a query that sees no key gets output 0 and log-sum-exp +inf (zero probabilities in
     the backward)."""
     bq, bk = blocks or blocks_for(q.shape[3], k.shape[2])
+    dtype = q.dtype
     t, q, k, v, bias = _prepare(q, k, v, bias, bq, bk)
-    lead = q.shape[:3]
+    lead = q.shape[1:4]
     ev = v.shape[-1]
     heads = _head_seeds(seeds, lead) if cfg.dropout_p > 0.0 else None
 
-    def query_block(i, out):
-        o_buf, lse_buf = out
-        qi = _rows(q, i, bq, 3)
-
-        def key_block(j, carry):
+    def query_block(i, qi):
+        def key_block(masked, j, carry):
             m, l, acc = carry
-            s, keep = _scores(qi, _rows(k, j, bk, 2), _bias_tile(bias, t, i, j), i, j, t, cfg,
-                              heads)
+            s, keep = _scores(qi, k[j], _bias_tile(bias, t, i, j), i, j, t, cfg, heads, masked)
             m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
             shift = _online.safe_shift(m_new)
             p = jnp.exp(s - shift)
@@ -182,24 +222,20 @@ def forward(q, k, v, bias, seeds, cfg, blocks=None):
             l = l * correction + jnp.sum(p, axis=-1, keepdims=True)
             if keep is not None:
                 p = jnp.where(keep, p, 0.0)
-            pv = jnp.einsum("bhgqk,bhke->bhgqe", p.astype(v.dtype), _rows(v, j, bk, 2),
-                            preferred_element_type=F32)
-            return m_new, l, acc * correction + pv
+            return m_new, l, acc * correction + _rows_times(p.astype(v.dtype), v[j])
 
-        init = (jnp.full((*lead, bq, 1), -jnp.inf, F32), jnp.zeros((*lead, bq, 1), F32),
-                jnp.zeros((*lead, bq, ev), F32))
-        m, l, acc = lax.fori_loop(0, t.key_blocks_seen(i, cfg.causal), key_block, init)
+        carry = (jnp.full((*lead, bq, 1), -jnp.inf, F32), jnp.zeros((*lead, bq, 1), F32),
+                 jnp.zeros((*lead, bq, ev), F32))
+        unmasked, seen = t.key_ranges(i, cfg.causal)
+        carry = lax.fori_loop(0, unmasked, functools.partial(key_block, False), carry)
+        m, l, acc = lax.fori_loop(unmasked, seen, functools.partial(key_block, True), carry)
         dead = l == 0.0
-        inv = jnp.where(dead, 0.0, 1.0 / jnp.where(dead, 1.0, l))
-        if cfg.dropout_p > 0.0:
-            inv = inv / (1.0 - cfg.dropout_p)
+        inv = jnp.where(dead, 0.0, 1.0 / jnp.where(dead, 1.0, l)) / (1.0 - cfg.dropout_p)
         lse = jnp.where(dead, jnp.inf, m + jnp.log(l))[..., 0]
-        o_buf = lax.dynamic_update_slice_in_dim(o_buf, (acc * inv).astype(o_buf.dtype), i * bq, 3)
-        return o_buf, lax.dynamic_update_slice_in_dim(lse_buf, lse, i * bq, 3)
+        return i + 1, ((acc * inv).astype(dtype), lse)
 
-    out = (jnp.zeros((*lead, q.shape[3], ev), q.dtype), jnp.zeros((*lead, q.shape[3]), F32))
-    o, lse = lax.fori_loop(0, t.q_blocks, query_block, out)
-    return o[..., :t.n_q, :], lse[..., :t.n_q]
+    _, (o, lse) = lax.scan(query_block, 0, q)
+    return _from_blocks(o, 3, t.n_q), _from_blocks(lse, 3, t.n_q)
 
 
 # ---- backward ---------------------------------------------------------------------------------
@@ -208,49 +244,46 @@ def forward(q, k, v, bias, seeds, cfg, blocks=None):
 def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
     """Gradients (dq, dk, dv) in the inputs' dtypes, from the output and log-sum-exp."""
     bq, bk = blocks or blocks_for(q.shape[3], k.shape[2])
-    n_q = q.shape[3]
+    dtypes = (q.dtype, k.dtype, v.dtype)
     delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1)  # rowsum(dO * O) = rowsum(P * dP)
     t, q, k, v, bias = _prepare(q, k, v, bias, bq, bk)
-    lp = q.shape[3]
     # padded rows get log-sum-exp +inf: probability 0, no overflow into dk and dv
-    do, lse, delta = _pad(do, 3, lp), _pad(lse, 3, lp, jnp.inf), _pad(delta, 3, lp)
-    lead = q.shape[:3]
+    do, lse, delta = _to_blocks(do, 3, bq), _to_blocks(lse, 3, bq, jnp.inf), _to_blocks(
+        delta, 3, bq)
+    lead = q.shape[1:4]
     heads = _head_seeds(seeds, lead) if cfg.dropout_p > 0.0 else None
     rescale = 1.0 / (1.0 - cfg.dropout_p)
 
-    def key_block(j, out):
-        dq_buf, dk_buf, dv_buf = out
-        kj, vj = _rows(k, j, bk, 2), _rows(v, j, bk, 2)
+    def key_block(carry, kv):
+        j, dq = carry
+        kj, vj = kv
 
-        def query_block(i, carry):
-            dq_buf, dk, dv = carry
-            qi, doi = _rows(q, i, bq, 3), _rows(do, i, bq, 3)
-            s, keep = _scores(qi, kj, _bias_tile(bias, t, i, j), i, j, t, cfg, heads)
-            p = jnp.exp(s - _rows(lse, i, bq, 3)[..., None])
-            dp = jnp.einsum("bhgqe,bhke->bhgqk", doi, vj, preferred_element_type=F32)
+        def query_block(masked, i, carry):
+            dq, dk, dv = carry
+            qi, doi = q[i], do[i]
+            s, keep = _scores(qi, kj, _bias_tile(bias, t, i, j), i, j, t, cfg, heads, masked)
+            p = jnp.exp(s - lse[i][..., None])
+            dp = _rows_times_t(doi, vj)
             p_used = p
             if keep is not None:
                 p_used = jnp.where(keep, p * rescale, 0.0)
                 dp = jnp.where(keep, dp * rescale, 0.0)
-            dv = dv + jnp.einsum("bhgqk,bhgqe->bhke", p_used.astype(do.dtype), doi,
-                                 preferred_element_type=F32)
-            ds = (p * (dp - _rows(delta, i, bq, 3)[..., None]) * cfg.scale).astype(q.dtype)
-            dk = dk + jnp.einsum("bhgqk,bhgqe->bhke", ds, qi, preferred_element_type=F32)
-            dqi = _rows(dq_buf, i, bq, 3) + jnp.einsum("bhgqk,bhke->bhgqe", ds, kj,
-                                                        preferred_element_type=F32)
-            return lax.dynamic_update_slice_in_dim(dq_buf, dqi, i * bq, 3), dk, dv
+            dv = dv + _t_times(p_used.astype(doi.dtype), doi)
+            ds = (p * (dp - delta[i][..., None]) * cfg.scale).astype(qi.dtype)
+            dk = dk + _t_times(ds, qi)
+            dqi = dq[i] + _rows_times(ds, kj)
+            return dq.at[i].set(dqi), dk, dv
 
-        zeros_k = jnp.zeros((*lead[:2], bk, k.shape[-1]), F32)
-        zeros_v = jnp.zeros((*lead[:2], bk, v.shape[-1]), F32)
-        dq_buf, dk, dv = lax.fori_loop(t.first_query_block(j, cfg.causal), t.q_blocks,
-                                       query_block, (dq_buf, zeros_k, zeros_v))
-        dk_buf = lax.dynamic_update_slice_in_dim(dk_buf, dk.astype(k.dtype), j * bk, 2)
-        return dq_buf, dk_buf, lax.dynamic_update_slice_in_dim(dv_buf, dv.astype(v.dtype),
-                                                               j * bk, 2)
+        carry = (dq, jnp.zeros(kj.shape, F32), jnp.zeros(vj.shape, F32))
+        first, unmasked = t.query_ranges(j, cfg.causal)
+        carry = lax.fori_loop(first, unmasked, functools.partial(query_block, True), carry)
+        dq, dk, dv = lax.fori_loop(unmasked, t.q_blocks, functools.partial(query_block, False),
+                                   carry)
+        return (j + 1, dq), (dk.astype(dtypes[1]), dv.astype(dtypes[2]))
 
-    out = (jnp.zeros(q.shape, F32), jnp.zeros(k.shape, k.dtype), jnp.zeros(v.shape, v.dtype))
-    dq, dk, dv = lax.fori_loop(0, t.k_blocks, key_block, out)
-    return dq[..., :n_q, :].astype(q.dtype), dk[:, :, :t.n_k], dv[:, :, :t.n_k]
+    (_, dq), (dk, dv) = lax.scan(key_block, (0, jnp.zeros(q.shape, F32)), (k, v))
+    return (_from_blocks(dq, 3, t.n_q).astype(dtypes[0]), _from_blocks(dk, 2, t.n_k),
+            _from_blocks(dv, 2, t.n_k))
 
 
 def dense(q, k, v, bias, seeds, cfg):
@@ -265,5 +298,4 @@ def dense(q, k, v, bias, seeds, cfg):
     p = p / jnp.where(l == 0.0, 1.0, l)
     if keep is not None:
         p = jnp.where(keep, p / (1.0 - cfg.dropout_p), 0.0)
-    return jnp.einsum("bhgqk,bhke->bhgqe", p.astype(v.dtype), v,
-                      preferred_element_type=F32).astype(q.dtype)
+    return _rows_times(p.astype(v.dtype), v).astype(q.dtype)
