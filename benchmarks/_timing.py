@@ -7,6 +7,8 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -45,3 +47,26 @@ def write_json(name: str, payload: dict) -> Path:
     path = RESULTS / name
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def interleaved_seconds(calls, min_time, min_rounds=5):
+    """Time contenders side by side: each round calls every one once, in a shuffled order.
+
+    On a shared machine a slow spell then hits every contender alike. Returns per
+    contender the median seconds and the median over rounds of (its time / the first
+    contender's time in the same round), so ratios compare calls made moments apart.
+    """
+    for fn, sync in calls:
+        sync(fn())  # warm-up (and compilation for jax)
+    times = [[] for _ in calls]
+    order = list(range(len(calls)))
+    random = np.random.default_rng(1)
+    while len(times[0]) < min_rounds or min(map(sum, times)) < min_time:
+        random.shuffle(order)
+        for i in order:
+            fn, sync = calls[i]
+            start = time.perf_counter()
+            sync(fn())
+            times[i].append(time.perf_counter() - start)
+    base = np.asarray(times[0])
+    return [(float(np.median(t)), float(np.median(np.asarray(t) / base))) for t in times]

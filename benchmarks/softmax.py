@@ -19,7 +19,6 @@ import json
 import os
 import pathlib
 import sys
-import time
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 
@@ -45,33 +44,12 @@ import optax  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from _timing import interleaved_seconds  # noqa: E402
+
 from jaxdl import ops  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)
 K = 5
-
-
-def _interleaved_seconds(calls, min_time, min_rounds=5):
-    """Time contenders side by side: each round calls every one once, in a shuffled order.
-
-    On a shared machine a slow spell then hits every contender alike. Returns per
-    contender the median seconds and the median over rounds of (its time / the first
-    contender's time in the same round), so ratios compare calls made moments apart.
-    """
-    for fn, sync in calls:
-        sync(fn())  # warm-up (and compilation for jax)
-    times = [[] for _ in calls]
-    order = list(range(len(calls)))
-    random = np.random.default_rng(1)
-    while len(times[0]) < min_rounds or min(map(sum, times)) < min_time:
-        random.shuffle(order)
-        for i in order:
-            fn, sync = calls[i]
-            start = time.perf_counter()
-            sync(fn())
-            times[i].append(time.perf_counter() - start)
-    base = np.asarray(times[0])
-    return [(float(np.median(t)), float(np.median(np.asarray(t) / base))) for t in times]
 
 
 def _jax_sync(out):
@@ -150,7 +128,7 @@ def main():
         for op, contenders in _contenders(x, labels).items():
             calls = [(lambda fn=fn, args=args: fn(*args), sync)
                      for fn, args, sync in contenders.values()]
-            timed = _interleaved_seconds(calls, min_time)
+            timed = interleaved_seconds(calls, min_time)
             for (name, _), (seconds, ratio) in zip(contenders.items(), timed):
                 ours = name == next(iter(contenders))
                 records.append(dict(op=op, impl=name, batch=batch, V=vocab, seconds=seconds,
