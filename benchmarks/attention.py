@@ -17,24 +17,19 @@ Writes benchmarks/results/attention.json and attention.png.
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 
+from _timing import interleaved_seconds, machine, pin_threads
 
-def _parse():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small shapes, short timings")
-    p.add_argument("--threads", type=int, default=1, help="threads for XLA and torch")
-    p.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"
-                                        / "attention.json"))
-    return p.parse_args()
-
-
-ARGS = _parse()
+PARSER = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+PARSER.add_argument("--quick", action="store_true", help="small shapes, short timings")
+PARSER.add_argument("--threads", type=int, default=1, help="threads for XLA and torch")
+PARSER.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"
+                                         / "attention.json"))
+ARGS = PARSER.parse_args()
 if ARGS.threads == 1:  # before jax is imported: XLA's CPU thread pools are fixed at start
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
-                               "=false intra_op_parallelism_threads=1").strip()
+    pin_threads(1)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -42,8 +37,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from _timing import interleaved_seconds, machine  # noqa: E402
-
 import jaxdl as dl  # noqa: E402
 from jaxdl import ops  # noqa: E402
 
