@@ -1,6 +1,6 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
-from jaxdl import accelerator, amp, cuda, data, distributed, interop, memory, nn, ops, optim
+from jaxdl import accelerator, amp, backends, cuda, data, distributed, interop, memory, nn, ops, optim
 from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
@@ -10,6 +10,7 @@ from jaxdl._xla_options import xla_compiler_options
 __all__ = [
     "accelerator",
     "amp",
+    "backends",
     "checkpoint",
     "cuda",
     "data",

@@ -11,7 +11,7 @@ import functools
 
 import jax
 
-from jaxdl import _module, _xla_options, amp
+from jaxdl import _module, _xla_options, amp, backends
 from jaxdl._gradients import Gradients
 from jaxdl._store import Stateful, UnthreadedStore, tracing_context
 
@@ -161,6 +161,7 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
         key.extend((id(store), store.version) for store in stores)
         key.append(_module._no_grad_depth)
         key.append(amp.policy_key())
+        key.append(backends.cpu.trace_key())
         key = tuple(key)
         compiled = self._cache.get(key)
         if compiled is None:

@@ -10,7 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdl import amp
+from jaxdl import amp, backends
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
@@ -101,11 +101,30 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
-    out = _channels_last_conv(x, weight.astype(x.dtype), stride, pairs, n, rhs_dilation=dilation,
-                              feature_group_count=groups)
+    weight = weight.astype(x.dtype)
+    if jax.default_backend() == "cpu":
+        out = _cpu_conv(x, weight, stride, pairs, dilation, groups, n)
+    else:
+        out = _channels_last_conv(x, weight, stride, pairs, n, rhs_dilation=dilation,
+                                  feature_group_count=groups)
     if bias is not None:
         out = out + bias.reshape((-1,) + (1,) * n)
     return out[0] if unbatched else out
+
+
+def _cpu_conv(x, w, stride, pairs, dilation, groups, n):
+    """On CPU the lowering of each pass depends on the shape (`_conv_cpu.plan`); the choice
+    is recorded for `dl.backends.cpu.choices()`."""
+    x_last = _to_last(x, n)
+    plan = _conv_cpu.plan(x_last.shape, w.shape, stride, pairs, dilation, groups,
+                          choose=backends.cpu.benchmark)
+    backends.cpu._record(
+        {"input": x_last.shape, "weight": w.shape, "stride": plan.stride,
+         "padding": plan.padding, "dilation": plan.dilation, "groups": groups,
+         "dtype": jnp.dtype(x.dtype).name},
+        {"forward": plan.forward, "input_grad": plan.input_grad,
+         "weight_grad": plan.weight_grad})
+    return _to_first(_conv_cpu.conv(x_last, w, plan), n)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -1,16 +1,33 @@
-"""Transposed convolutions as a matrix product, for XLA's CPU backend.
+"""Convolutions for XLA's CPU backend: three lowerings, chosen per shape and per pass.
 
-XLA runs a transposed convolution as a convolution over an input dilated with
-zeros and a flipped kernel; on CPU that (and its gradients) measured 4-5x slower
-than the same layer written as the adjoint of a patches product (docs/design.md):
-one matrix product spreads every input pixel into its k*k window, then the
-windows are summed back into the image ("col2im", the transpose of `patches`).
-Autodiff turns both steps into matrix products and patch extraction.
+XLA's own CPU convolution is fine on most shapes but has cliffs (docs/design.md,
+"CPU convolutions"): depthwise convolutions run 10-100x slower than torch, and so
+does a convolution whose output map has a handful of pixels (a 3x3 conv on a 2x2
+map with 512 channels: 100-280 ms against torch's 2-3 ms), or the input gradient of
+a strided one. The same layers written without a convolution op are fast:
 
-Everything here is channels-last: x (N, *S, C), weights (*K, C_in, C_out).
-Only `groups == 1` comes here; `_conv.py` decides when.
+- "xla": `lax.conv_general_dilated`, channels-last.
+- "patches": one strided slice of the padded input per kernel offset, stacked into a
+  (pixels, k*k*C) matrix, times the weights as a (k*k*C, O) matrix. Its transpose (the
+  input gradient) is a matrix product followed by col2im, which XLA fuses into pads
+  and adds. groups == 1 only.
+- "shifts": for depthwise convolutions (one input channel per group), the sum over
+  kernel offsets of a strided slice times that offset's per-channel weights: one
+  fused elementwise loop, no convolution at all.
+
+`plan` picks one lowering for the forward pass, one for the input gradient and one
+for the weight gradient, by a rule read off a table measured on this project's
+machine (docs/design.md says why a rule and not timing). When the three agree the
+lowering is differentiated as it is (any order, forward or reverse mode); when they
+differ a custom VJP runs each gradient through its own lowering's transpose.
+
+Activations are channels-last, x (N, *S, C), and weights keep PyTorch's layout
+(C_out, C_in/groups, *K): a transposed copy of a large weight, made every step, cost
+more than the matrix product that used it (100 ms for a 512x512x3x3 weight).
 """
 
+import dataclasses
+import functools
 import math
 
 import jax
@@ -18,10 +35,121 @@ import jax.numpy as jnp
 
 from jaxdl.nn._windows import window_views
 
+# Output maps with at most this many pixels are "tiny": a matrix product over patches
+# beats XLA's convolution there (2x2 maps 50-100x, 4x4 ~1-1.7x, 7x7 ~1x: no rule needed).
+_TINY_MAP = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A convolution's geometry and the lowering of each pass (hashable: a static argument)."""
+
+    stride: tuple
+    padding: tuple  # (lo, hi) per spatial axis
+    dilation: tuple
+    groups: int
+    forward: str = "xla"
+    input_grad: str = "xla"
+    weight_grad: str = "xla"
+
 
 def _out_sizes(spatial, kernel, stride, dilation):
     return tuple((size - d * (k - 1) - 1) // s + 1
                  for size, k, s, d in zip(spatial, kernel, stride, dilation))
+
+
+def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = True) -> Plan:
+    """The lowerings for a convolution of x (N, *S, C) with w (O, C/groups, *K).
+
+    `choose=False` keeps XLA's convolution for every pass (`dl.backends.cpu.benchmark = False`).
+    """
+    geometry = Plan(tuple(stride), tuple(map(tuple, padding)), tuple(dilation), groups)
+    if not choose:
+        return geometry
+    kernel = w_shape[2:]
+    padded = [size + lo + hi for size, (lo, hi) in zip(x_shape[1:-1], padding)]
+    outs = _out_sizes(padded, kernel, stride, dilation)
+    if w_shape[1] == 1 and groups > 1:  # depthwise (any channel multiplier)
+        return dataclasses.replace(geometry, forward="shifts", input_grad="shifts",
+                                   weight_grad="shifts")
+    if groups != 1:
+        return geometry
+    if math.prod(outs) <= _TINY_MAP:
+        return dataclasses.replace(geometry, forward="patches", input_grad="patches",
+                                   weight_grad="patches")
+    if any(s > 1 for s in stride) and x_shape[-1] >= 16:
+        # XLA computes a strided convolution's input gradient as a convolution over a
+        # zero-dilated image, slow on CPU (as transposed convolutions are); not worth it
+        # for a stem with a few input channels.
+        return dataclasses.replace(geometry, input_grad="patches")
+    return geometry
+
+
+def _padded_views(x, kernel, p: Plan):
+    """One strided slice of the zero-padded x per kernel offset, and the output sizes."""
+    x = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), *((lo, hi, 0) for lo, hi in p.padding),
+                                                 (0, 0, 0)])
+    outs = _out_sizes(x.shape[1:-1], kernel, p.stride, p.dilation)
+    return list(window_views(x, 1, kernel, p.dilation, p.stride, outs, trail=1))
+
+
+def _xla(x, w, p: Plan):
+    letters = "DHW"[3 - (x.ndim - 2):]
+    return jax.lax.conv_general_dilated(
+        x, w, p.stride, p.padding, rhs_dilation=p.dilation, feature_group_count=p.groups,
+        dimension_numbers=("N" + letters + "C", "OI" + letters, "N" + letters + "C"))
+
+
+def _patches(x, w, p: Plan):
+    # Channel-major, kernel offset minor: the order of w (O, C, *K) flattened to (O, C*K).
+    stacked = jnp.stack(_padded_views(x, w.shape[2:], p), axis=-1)
+    patch_matrix = stacked.reshape(*stacked.shape[:-2], -1)
+    y = jax.lax.dot_general(patch_matrix, w.reshape(w.shape[0], -1),
+                            (((patch_matrix.ndim - 1,), (1,)), ((), ())),
+                            preferred_element_type=jnp.float32)
+    return y.astype(x.dtype)
+
+
+def _shifts(x, w, p: Plan):
+    views = _padded_views(x, w.shape[2:], p)
+    multiplier = w.shape[0] // x.shape[-1]
+    taps = w.reshape(w.shape[0], len(views)).astype(jnp.float32)  # (O, offsets): small
+    total = None
+    for view, tap in zip(views, taps.T):
+        if multiplier > 1:  # output channel g*m + j reads input channel g
+            view = jnp.repeat(view, multiplier, axis=-1)
+        term = view.astype(jnp.float32) * tap
+        total = term if total is None else total + term
+    return total.astype(x.dtype)
+
+
+_LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts}
+
+
+def conv(x, w, p: Plan):
+    """The convolution of x (N, *S, C) with w (O, C/groups, *K), lowered as `p` says."""
+    if p.forward == p.input_grad == p.weight_grad:
+        return _LOWERINGS[p.forward](x, w, p)
+    return _conv_split(x, w, p)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_split(x, w, p):
+    return _LOWERINGS[p.forward](x, w, p)
+
+
+def _split_forward(x, w, p):
+    return _LOWERINGS[p.forward](x, w, p), (x, w)
+
+
+def _split_backward(p, residuals, dy):
+    x, w = residuals
+    (dx,) = jax.linear_transpose(lambda a: _LOWERINGS[p.input_grad](a, w, p), x)(dy)
+    (dw,) = jax.linear_transpose(lambda b: _LOWERINGS[p.weight_grad](x, b, p), w)(dy)
+    return dx, dw
+
+
+_conv_split.defvjp(_split_forward, _split_backward)
 
 
 def patches(x, kernel, stride, dilation):
@@ -40,7 +168,12 @@ def _flat(a):
 
 def conv_transpose(x, w, stride, dilation, spatial):
     """The adjoint, with respect to its input, of the valid convolution of an image
-    (N, *spatial, C) with w (*K, C, O): x (N, *out, O) -> (N, *spatial, C)."""
+    (N, *spatial, C) with w (*K, C, O): x (N, *out, O) -> (N, *spatial, C).
+
+    XLA runs a transposed convolution as a convolution over an input dilated with zeros;
+    on CPU that measured 4-5x slower than this: one matrix product spreads every input
+    pixel into its k*k window, then col2im (the transpose of `patches`) sums the windows
+    back into the image. Only `groups == 1` comes here; `_conv.py` decides when."""
     kernel, c = w.shape[:-2], w.shape[-2]
     # (N*out, O) @ (O, K*C): each input pixel's contribution to its whole window ...
     windows = _flat(x) @ jnp.moveaxis(w, -1, 0).reshape(w.shape[-1], -1)

@@ -1,0 +1,28 @@
+"""`dl.backends.cpu`: how convolutions are lowered on XLA's CPU backend.
+
+`benchmark` (default True), like `torch.backends.cudnn.benchmark`: each
+convolution shape runs the lowering measured fastest for it, chosen separately for
+the forward pass, the input gradient and the weight gradient (XLA's convolution, a
+matrix product over patches, or for depthwise convolutions a sum of shifted slices;
+see docs/design.md). False runs XLA's convolution everywhere. `dl.jit` recompiles
+when it changes. `choices()` lists what each convolution traced so far runs.
+"""
+
+benchmark = True
+
+_choices: dict = {}
+
+
+def choices() -> list[dict]:
+    """One entry per distinct convolution traced in this process (input and weight shapes,
+    both channels-last, geometry and dtype) with the lowering of each pass."""
+    return [{**dict(key), **lowerings} for key, lowerings in _choices.items()]
+
+
+def _record(key: dict, lowerings: dict):
+    _choices[tuple(key.items())] = lowerings
+
+
+def trace_key() -> tuple:
+    """What a compiled step depends on here: part of `dl.jit`'s cache key."""
+    return (benchmark,)

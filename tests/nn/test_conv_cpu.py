@@ -1,0 +1,130 @@
+"""The CPU convolution lowerings (jaxdl/nn/_conv_cpu.py) against XLA's convolution: values
+and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import jaxdl as dl
+from jaxdl import nn
+from jaxdl.nn import _conv_cpu
+from jaxdl.nn._conv_cpu import Plan
+
+# (x shape channels-last, kernel, stride, padding pairs, dilation, groups, multiplier)
+GEOMETRIES = [
+    ((2, 9, 7, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 1),
+    ((1, 9, 7, 6), (3, 2), (2, 3), ((0, 1), (2, 0)), (1, 1), 1, 1),    # strides, asymmetric pads
+    ((2, 11, 10, 4), (3, 3), (1, 2), ((2, 2), (1, 1)), (2, 3), 1, 2),  # dilation
+    ((1, 1, 1, 8), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 3),    # batch 1, 1x1 map
+    ((2, 2, 2, 16), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 1),   # 2x2 map
+    ((2, 8, 9, 6), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 6, 1),    # depthwise, stride 2
+    ((1, 7, 6, 4), (5, 3), (1, 1), ((2, 2), (0, 3)), (2, 1), 4, 2),    # depthwise x2, dilated
+    ((2, 6, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 3, 1),    # grouped (2 per group)
+    ((2, 13, 5), (4,), (3,), ((2, 1),), (2,), 1, 1),                   # 1-d
+    ((2, 9, 5), (3,), (1,), ((1, 1),), (1,), 5, 1),                    # 1-d depthwise
+    ((1, 5, 6, 4, 3), (3, 2, 3), (2, 1, 1), ((1, 1), (0, 1), (1, 1)), (1, 2, 1), 1, 1),  # 3-d
+    ((2, 4, 5, 3, 4), (3, 3, 3), (1, 1, 2), ((1, 1), (1, 1), (1, 1)), (1, 1, 1), 4, 1),  # 3-d dw
+]
+
+
+def _lowerings(groups, channels):
+    names = ["xla"]
+    if groups == 1:
+        names.append("patches")
+    if groups == channels:
+        names.append("shifts")
+    return names
+
+
+def _case(geometry, dtype=jnp.float32):
+    shape, kernel, stride, padding, dilation, groups, mult = geometry
+    rng = np.random.default_rng(sum(shape) + len(kernel))
+    c = shape[-1]
+    out = c * mult if groups == c else 5 * groups
+    x = jnp.asarray(rng.standard_normal(shape), dtype)
+    w = jnp.asarray(rng.standard_normal((out, c // groups, *kernel)) / 3, dtype)
+    return x, w, Plan(stride, padding, dilation, groups)
+
+
+def _value_and_grads(plan, x, w):
+    y, vjp = jax.vjp(lambda a, b: _conv_cpu.conv(a, b, plan), x, w)
+    cot = jnp.asarray(np.random.default_rng(1).standard_normal(y.shape), y.dtype)
+    return (y, *vjp(cot))
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0]}-k{g[1]}-s{g[2]}-g{g[5]}")
+def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry):
+    x, w, base = _case(geometry)
+    expected = _value_and_grads(base, x, w)
+    names = _lowerings(base.groups, x.shape[-1])
+    # Each lowering alone (plain autodiff), then rotations so that, under the custom VJP,
+    # every lowering serves as the input gradient and as the weight gradient.
+    rotations = [names[k:] + names[:k] for k in range(len(names))] if len(names) > 1 else []
+    for forward, input_grad, weight_grad in [(n, n, n) for n in names] + [
+            (r[0], r[1 % len(r)], r[2 % len(r)]) for r in rotations]:
+        plan = Plan(base.stride, base.padding, base.dilation, base.groups, forward, input_grad,
+                    weight_grad)
+        got = jax.jit(_value_and_grads, static_argnums=0)(plan, x, w)
+        for what, a, e in zip(("value", "input grad", "weight grad"), got, expected):
+            np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5 * float(jnp.abs(e).max()),
+                                       err_msg=f"{plan}: {what}")
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[6]])
+def test_bfloat16_lowerings_match_xla_within_bfloat16_rounding(geometry):
+    x, w, base = _case(geometry, jnp.bfloat16)
+    expected = [e.astype(jnp.float32) for e in _value_and_grads(base, x, w)]
+    for name in _lowerings(base.groups, x.shape[-1])[1:]:
+        plan = Plan(base.stride, base.padding, base.dilation, base.groups, name, name, name)
+        got = _value_and_grads(plan, x, w)
+        for a, e in zip(got, expected):
+            assert a.dtype == jnp.bfloat16
+            np.testing.assert_allclose(a.astype(jnp.float32), e, rtol=0.05,
+                                       atol=0.02 * float(jnp.abs(e).max()))
+
+
+def test_split_lowering_supports_grad_of_grad():
+    x, w, base = _case(GEOMETRIES[1])
+    split = Plan(base.stride, base.padding, base.dilation, 1, "xla", "patches", "xla")
+
+    def second(plan):
+        inner = jax.grad(lambda a: jnp.sum(_conv_cpu.conv(a, w, plan) ** 2))
+        return jax.grad(lambda a: jnp.sum(inner(a) ** 2))(x)
+
+    np.testing.assert_allclose(second(split), second(base), rtol=1e-4, atol=1e-4)
+
+
+def test_rule_depthwise_tiny_maps_and_strided_input_gradients():
+    def lowerings(x_shape, w_shape, stride=(1, 1), groups=1):
+        p = _conv_cpu.plan(x_shape, w_shape, stride, ((1, 1), (1, 1)), (1, 1), groups)
+        return p.forward, p.input_grad, p.weight_grad
+
+    assert lowerings((16, 16, 16, 144), (144, 1, 3, 3), groups=144) == ("shifts",) * 3
+    assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3
+    assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2)) == ("xla", "patches", "xla")
+    assert lowerings((8, 32, 32, 64), (64, 64, 3, 3)) == ("xla",) * 3
+    assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4) == ("xla",) * 3
+    off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
+                         choose=False)
+    assert (off.forward, off.input_grad, off.weight_grad) == ("xla",) * 3
+
+
+def test_switch_recompiles_dl_jit_and_choices_show_the_lowering(monkeypatch):
+    torch_model = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    model = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    model.load_state_dict(torch_model.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 8, 5, 5)).astype(np.float32)
+    expected = torch_model(torch.tensor(x)).detach().numpy()
+    step = dl.jit(lambda m, x: m(x))
+
+    def run(benchmark):
+        monkeypatch.setattr(dl.backends.cpu, "benchmark", benchmark)
+        np.testing.assert_allclose(step(model, jnp.asarray(x)), expected, rtol=1e-5, atol=1e-5)
+        (entry,) = [c for c in dl.backends.cpu.choices() if c["input"] == (2, 5, 5, 8)]
+        return entry["forward"], entry["input_grad"], entry["weight_grad"]
+
+    assert run(True) == ("shifts",) * 3
+    assert run(False) == ("xla",) * 3
+    assert step.trace_count == 2
