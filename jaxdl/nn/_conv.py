@@ -115,16 +115,17 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
 def _cpu_conv(x, w, stride, pairs, dilation, groups, n):
     """On CPU the lowering of each pass depends on the shape (`_conv_cpu.plan`); the choice
     is recorded for `dl.backends.cpu.choices()`."""
-    x_last = _to_last(x, n)
-    plan = _conv_cpu.plan(x_last.shape, w.shape, stride, pairs, dilation, groups,
+    last_shape = (x.shape[0], *x.shape[2:], x.shape[1])
+    plan = _conv_cpu.plan(last_shape, w.shape, stride, pairs, dilation, groups,
                           choose=backends.cpu.benchmark)
     backends.cpu._record(
-        {"input": x_last.shape, "weight": w.shape, "stride": plan.stride,
-         "padding": plan.padding, "dilation": plan.dilation, "groups": groups,
-         "dtype": jnp.dtype(x.dtype).name},
+        {"input": x.shape, "weight": w.shape, "stride": plan.stride, "padding": plan.padding,
+         "dilation": plan.dilation, "groups": groups, "dtype": jnp.dtype(x.dtype).name},
         {"forward": plan.forward, "input_grad": plan.input_grad,
          "weight_grad": plan.weight_grad})
-    return _to_first(_conv_cpu.conv(x_last, w, plan), n)
+    if not plan.channels_last:
+        return _conv_cpu.conv(x, w, plan)
+    return _to_first(_conv_cpu.conv(_to_last(x, n), w, plan), n)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -51,6 +51,7 @@ class Plan:
     forward: str = "xla"
     input_grad: str = "xla"
     weight_grad: str = "xla"
+    channels_last: bool = True  # x (N, *S, C); else (N, C, *S), for "shifts" only
 
 
 def _out_sizes(spatial, kernel, stride, dilation):
@@ -70,8 +71,9 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     padded = [size + lo + hi for size, (lo, hi) in zip(x_shape[1:-1], padding)]
     outs = _out_sizes(padded, kernel, stride, dilation)
     if w_shape[1] == 1 and groups > 1:  # depthwise (any channel multiplier)
+        # Channels-first, as the model's activations are: no transposes around it.
         return dataclasses.replace(geometry, forward="shifts", input_grad="shifts",
-                                   weight_grad="shifts")
+                                   weight_grad="shifts", channels_last=False)
     if groups != 1:
         return geometry
     if math.prod(outs) <= _TINY_MAP:
@@ -87,10 +89,14 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
 
 def _padded_views(x, kernel, p: Plan):
     """One strided slice of the zero-padded x per kernel offset, and the output sizes."""
-    x = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), *((lo, hi, 0) for lo, hi in p.padding),
-                                                 (0, 0, 0)])
-    outs = _out_sizes(x.shape[1:-1], kernel, p.stride, p.dilation)
-    return list(window_views(x, 1, kernel, p.dilation, p.stride, outs, trail=1))
+    lead = 1 if p.channels_last else 2
+    spatial = [(lo, hi, 0) for lo, hi in p.padding]
+    none = [(0, 0, 0)]
+    x = jax.lax.pad(x, jnp.zeros((), x.dtype),
+                    none + spatial + none if p.channels_last else none * 2 + spatial)
+    outs = _out_sizes(x.shape[lead:lead + len(kernel)], kernel, p.stride, p.dilation)
+    return list(window_views(x, lead, kernel, p.dilation, p.stride, outs,
+                             trail=int(p.channels_last)))
 
 
 def _xla(x, w, p: Plan):
@@ -112,13 +118,15 @@ def _patches(x, w, p: Plan):
 
 def _shifts(x, w, p: Plan):
     views = _padded_views(x, w.shape[2:], p)
-    multiplier = w.shape[0] // x.shape[-1]
+    axis = -1 if p.channels_last else 1
+    multiplier = w.shape[0] // x.shape[axis]
     taps = w.reshape(w.shape[0], len(views)).astype(jnp.float32)  # (O, offsets): small
+    broadcast = (-1,) if p.channels_last else (-1,) + (1,) * (x.ndim - 2)
     total = None
     for view, tap in zip(views, taps.T):
         if multiplier > 1:  # output channel g*m + j reads input channel g
-            view = jnp.repeat(view, multiplier, axis=-1)
-        term = view.astype(jnp.float32) * tap
+            view = jnp.repeat(view, multiplier, axis=axis)
+        term = view.astype(jnp.float32) * tap.reshape(broadcast)
         total = term if total is None else total + term
     return total.astype(x.dtype)
 
