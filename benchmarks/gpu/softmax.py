@@ -8,31 +8,42 @@
 3. cross-entropy forward temporary memory (compiled memory analysis): O(batch) for
    the kernel vs O(batch * V) for optax.
 
-    python benchmarks/gpu/softmax.py [--quick]
+    python benchmarks/gpu/softmax.py [--full] [--dry-run] [--out PATH]
 
-Writes benchmarks/results/gpu_ops.json; exits 1 if a correctness check fails.
+Default sizes fit run.py's 55 s cap on one H200 (float32 on every launch shape,
+bfloat16 on two; V = 4096, 65536 at batch 4000 and 2**20 at batch 10); --full
+is the whole sweep (V = 64 .. 1M, both dtypes everywhere; several minutes).
+--dry-run: tiny shapes on the CPU, Pallas in interpret mode.
+Writes benchmarks/results/gpu_ops.json (or --out) after each step; exits 1 if a
+correctness check fails.
 """
 
-import argparse
-import json
-import pathlib
 import sys
 import time
 
+import _part
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from jaxdl import ops  # noqa: E402
+from jaxdl import ops
 
-OUT = pathlib.Path(__file__).resolve().parents[1] / "results" / "gpu_ops.json"
 K = 5
-MEMORY_SHAPES = [(4000, 32768), (10, 2**20)]
-CHECK_SHAPES = [(3, 1), (3, 127), (4000, 64), (512, 1000), (256, 65537), (16, 65537),
-                (1, 2**20 + 3)]  # (rows besides the -inf row, n): every launch shape
+# (rows besides the -inf row, n): every launch shape.
+CHECK_SHAPES = [(3, 1), (3, 127), (4000, 64), (512, 1000), (256, 65537), (16, 65537), (1, 2**20 + 3)]
+SIZES = {  # checks: [(shape, dtypes)]; timings: batches, vocabulary sizes, repeats; memory shapes
+    "full": dict(checks=[(s, ("float32", "bfloat16")) for s in CHECK_SHAPES],
+                 batches=(4000, 10), vocab=[64 * 4**i for i in range(8)] + [2**20], reps=20,
+                 memory=[(4000, 32768), (10, 2**20)]),
+    "lease": dict(checks=[(s, ("float32",)) for s in CHECK_SHAPES]
+                  + [((512, 1000), ("bfloat16",)), ((16, 65537), ("bfloat16",))],
+                  timings=[(4000, 4096), (4000, 65536), (10, 2**20)], reps=10,
+                  memory=[(4000, 32768)]),
+    "dry": dict(checks=[((3, 300), ("float32",))], timings=[(2, 300)], reps=1, memory=[(8, 300)]),
+}
+TOLERANCE = {"float32": 2e-5, "bfloat16": 1e-2}
 
 
 def _err(a, b):
@@ -79,18 +90,18 @@ def _case_checks(x, labels, weights, k):
     }
 
 
-def _correctness(rng):
+def _correctness(rng, cases):
     results = []
-    for rows, n in CHECK_SHAPES:
+    for (rows, n), dtypes in cases:
         rows += 1  # row 0: -inf entries
-        for dtype, tol in ((jnp.float32, 2e-5), (jnp.bfloat16, 1e-2)):
+        for dtype in dtypes:
             x = jnp.asarray(rng.normal(size=(rows, n)) * 3, dtype).at[0, : n // 2].set(-jnp.inf)
             labels = jnp.asarray(rng.integers(0, n, size=rows), jnp.int32)
             weights = jnp.asarray(rng.normal(size=(rows - 1, n)), jnp.float32)
             for name, (ours, ref) in _case_checks(x, labels, weights, min(K, n)).items():
                 error = _err(ours, ref)
-                results.append(dict(shape=[rows, n], dtype=jnp.dtype(dtype).name, check=name,
-                                    max_abs_err=error, ok=error <= tol))
+                results.append(dict(shape=[rows, n], dtype=dtype, check=name,
+                                    max_abs_err=error, ok=error <= TOLERANCE[dtype]))
     return results
 
 
@@ -105,7 +116,7 @@ def _time(fn, *args, reps):
     return float(np.median(times))
 
 
-def _timings(rng, batches, vocab, reps):
+def _timings(rng, shapes, reps, done):
     jit = jax.jit
     contenders = {
         "copy": jit(lambda x, y: x * 1.0),
@@ -122,8 +133,8 @@ def _timings(rng, batches, vocab, reps):
             lambda x, y: optax.softmax_cross_entropy_with_integer_labels(x, y).mean())),
     }
     records = []
-    for batch in batches:
-        for n in [n for n in vocab if batch * n < 2**31]:  # larger ones run XLA
+    for batch, n in shapes:
+        if batch * n < 2**31:  # larger ones run XLA
             x = jnp.asarray(rng.normal(size=(batch, n)), jnp.float32)
             y = jnp.asarray(rng.integers(0, n, size=batch), jnp.int32)
             row = dict(batch=batch, V=n)
@@ -141,6 +152,7 @@ def _timings(rng, batches, vocab, reps):
             print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()},
                   flush=True)
             records.append(row)
+            done(records)
     return records
 
 
@@ -159,31 +171,36 @@ def _ce_memory(shapes):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(jax.devices())
-    vocab = [64, 4096, 65536] if args.quick else [64 * 4**i for i in range(8)] + [2**20]
-    batches, reps, memory_shapes, out = (4000, 10), 5 if args.quick else 20, MEMORY_SHAPES, OUT
-    if jax.default_backend() != "gpu":  # Pallas interpret mode: only check the script runs
-        global CHECK_SHAPES
-        print("no GPU: smoke run on tiny shapes in interpret mode, results not written")
-        CHECK_SHAPES, vocab, batches, reps = [(3, 1), (3, 300)], [64, 300], (8, 2), 1
-        memory_shapes, out = [(8, 300)], None
+    args = _part.parse_args(__doc__.splitlines()[0], "gpu_ops.json",
+                            lambda p: p.add_argument("--full", action="store_true"))
+    sizes = SIZES["dry" if args.dry_run else "full" if args.full else "lease"]
+    if "timings" not in sizes:
+        sizes["timings"] = [(b, n) for b in sizes["batches"] for n in sizes["vocab"]]
+    print(jax.devices(), flush=True)
+    if jax.default_backend() != "gpu" and not args.dry_run:
+        sys.exit("benchmarks/gpu/softmax.py needs a GPU (or --dry-run: interpret mode on the CPU)")
     rng = np.random.default_rng(0)
-    checks = _correctness(rng)
+    result = dict(device=str(jax.devices()[0]), jax=jax.__version__, dry_run=args.dry_run)
+    checks = result["checks"] = _correctness(rng, sizes["checks"])
     failed = [c for c in checks if not c["ok"]]
-    print(f"correctness: {len(checks) - len(failed)}/{len(checks)} ok", flush=True)
+    result["summary"] = f"correctness {len(checks) - len(failed)}/{len(checks)} ok"
+    print(result["summary"], flush=True)
     for c in failed:
         print("FAILED", c)
-    result = dict(device=str(jax.devices()[0]), jax=jax.__version__, checks=checks,
-                  ce_forward_memory=_ce_memory(memory_shapes))
+    _part.write(args.out, result)
+    result["ce_forward_memory"] = _ce_memory(sizes["memory"])
     print(result["ce_forward_memory"], flush=True)
-    result["timings"] = _timings(rng, batches, vocab, reps)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1))
-        print(f"wrote {out}")
+    _part.write(args.out, result)
+
+    def done(rows):
+        result["timings"] = rows
+        speedups = [f"{r['batch']}x{r['V']}: {r['softmax speedup vs xla']:.2f}x" for r in rows]
+        result["summary"] = (f"correctness {len(checks) - len(failed)}/{len(checks)} ok; "
+                             f"softmax vs XLA {', '.join(speedups)}")
+        _part.write(args.out, result)
+
+    _timings(rng, sizes["timings"], sizes["reps"], done)
+    print(f"wrote {args.out}")
     sys.exit(1 if failed else 0)
 
 

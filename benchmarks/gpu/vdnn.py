@@ -9,46 +9,51 @@ reports the median step time over `--steps` steps after warm-up, the device's
 Paper settings: VGG-16 at batch 256, GoogLeNet at batch 128, 224x224, fp32;
 "dyn" plans for a 12 GiB budget (the paper's Titan X).
 
-    python benchmarks/gpu/vdnn.py [--quick] [--steps 10]
+    python benchmarks/gpu/vdnn.py [--full] [--steps 5] [--dry-run] [--out PATH]
 
-Writes benchmarks/results/gpu_vdnn.json: per model and policy the peak, the step
-time, and the memory cut and slowdown against "none". Target (issue 7): a
->= 80% peak cut on VGG-16 at <= 18% slowdown. Refuses to run without a GPU.
+Default: VGG-16 at batch 256, every policy, 5 timed steps (sized for run.py's
+150 s cap on one H200: about 30 s a process); --full adds GoogLeNet at 128.
+--dry-run: the digits CNN at batch 4 on the CPU (planned figures only: the CPU
+keeps no device memory counters). Writes benchmarks/results/gpu_vdnn.json (or
+--out) after each configuration: per model and policy the peak, the step time,
+and the memory cut and slowdown against "none". Target (issue 7): a >= 80% peak
+cut on VGG-16 at <= 18% slowdown.
 """
 
-import argparse
 import json
 import os
-import pathlib
 import statistics
 import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-OUT = ROOT / "benchmarks" / "results" / "gpu_vdnn.json"
-POLICIES = ("none", "conv", "all", "remat", "dyn")
-BUDGET = 12 * 2**30
-FULL = {"vgg16": 256, "googlenet": 128}
-QUICK = {"vgg16": 16, "googlenet": 16}
+import _part
+
+POLICIES = ("none", "dyn", "all", "conv", "remat")  # "none" first: the baseline
+IMAGE = ((3, 224, 224), 1000)  # input shape, classes
+CONFIGS = {  # model: (batch, input shape, classes, dyn budget in bytes)
+    "lease": {"vgg16": (256, *IMAGE, 12 * 2**30)},
+    "full": {"vgg16": (256, *IMAGE, 12 * 2**30), "googlenet": (128, *IMAGE, 12 * 2**30)},
+    "dry": {"cnn": (4, (1, 8, 8), 10, 200_000)},  # planned minimum: 144 KiB
+}
 
 
-def worker(name, policy, batch, steps):
+def worker(name, policy, config, steps):
     """One configuration in this process; prints one JSON line."""
     import jax
     import jax.numpy as jnp
 
-    sys.path.insert(0, str(ROOT))
     import jaxdl as dl
     from jaxdl import models, nn, optim
 
+    batch, shape, classes, budget = config
     dl.manual_seed(0)
     model = models.get_model(name)
-    x = jax.random.normal(jax.random.key(1), (batch, 3, 224, 224), jnp.float32)
-    y = jax.random.randint(jax.random.key(2), (batch,), 0, 1000)
+    x = jax.random.normal(jax.random.key(1), (batch, *shape), jnp.float32)
+    y = jax.random.randint(jax.random.key(2), (batch,), 0, classes)
     options = {}
     if policy == "dyn":
-        options = dict(budget_bytes=BUDGET, example_inputs=(jax.ShapeDtypeStruct(x.shape, x.dtype),))
+        options = dict(budget_bytes=budget, example_inputs=(jax.ShapeDtypeStruct(x.shape, x.dtype),))
     dl.memory.offload(model, policy, **options)
 
     def loss_fn(m, x, y):
@@ -73,68 +78,80 @@ def worker(name, policy, batch, steps):
         start = time.perf_counter()
         loss = float(step(model, opt, x, y))
         times.append(time.perf_counter() - start)
-    stats = jax.devices()[0].memory_stats() or {}
+    # Its own process: XLA's peak since the start is this configuration's peak.
+    peak = dl.accelerator.max_memory_allocated() if dl.accelerator.is_available() else None
     plan = dl.memory.plan_of(model)
     print(json.dumps(dict(
         model=name, policy=policy, configuration=dl.memory.policy_of(model), batch=batch,
-        peak_bytes_in_use=stats.get("peak_bytes_in_use"), step_s=statistics.median(times),
+        peak_bytes_in_use=peak, step_s=statistics.median(times),
         first_step_s=compile_s, loss=loss, planned_peak_bytes=planned.planned_peak_bytes,
         planned_device_residual_bytes=planned.device_bytes,
         planned_host_residual_bytes=planned.host_bytes,
         plan=None if plan is None else str(plan))))
 
 
-def run_one(name, policy, batch, steps):
+def run_one(name, policy, config, steps):
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    proc = subprocess.run([sys.executable, __file__, "--worker", name, policy, str(batch),
-                           str(steps)], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps([name, policy, config, steps])],
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        return dict(model=name, policy=policy, batch=batch, error=proc.stderr[-2000:])
+        return dict(model=name, policy=policy, batch=config[0], error=proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="batch 16, 3 steps")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--worker", nargs=4, metavar=("MODEL", "POLICY", "BATCH", "STEPS"),
-                        help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        name, policy, batch, steps = args.worker
-        worker(name, policy, int(batch), int(steps))
+def _compare(row, base):
+    if "error" in row or "error" in base:
         return
+    row["slowdown"] = row["step_s"] / base["step_s"] - 1
+    if row["peak_bytes_in_use"] is not None:
+        row["peak_cut"] = 1 - row["peak_bytes_in_use"] / base["peak_bytes_in_use"]
+    peak = row["peak_bytes_in_use"] or row["planned_peak_bytes"]
+    print(f"{row['model']:<10} {row['policy']:<6} ({row['configuration']:<5}) peak "
+          f"{peak / 2**30:7.3f} GiB{'' if row['peak_bytes_in_use'] else ' (planned)'} "
+          f"cut {row.get('peak_cut', float('nan')):6.1%}  step {row['step_s'] * 1e3:8.1f} ms  "
+          f"slowdown {row['slowdown']:6.1%}", flush=True)
+
+
+def main():
+    if "--worker" in sys.argv:
+        worker(*json.loads(sys.argv[sys.argv.index("--worker") + 1]))
+        return
+
+    def options(parser):
+        parser.add_argument("--full", action="store_true", help="VGG-16 and GoogLeNet")
+        parser.add_argument("--steps", type=int, default=5)
+
+    args = _part.parse_args(__doc__.splitlines()[0], "gpu_vdnn.json", options)
     import jax
 
-    if jax.default_backend() != "gpu":
+    if jax.default_backend() != "gpu" and not args.dry_run:
         sys.exit(f"benchmarks/gpu/vdnn.py needs a GPU (jax backend is {jax.default_backend()!r}); "
-                 "for CPU-side accounting run benchmarks/memory.py")
-    batches, steps = (QUICK, 3) if args.quick else (FULL, args.steps)
-    results = {}
-    for name, batch in batches.items():
-        rows = {p: run_one(name, p, batch, steps) for p in POLICIES}
-        base = rows["none"]
-        for row in rows.values():
-            if "error" in row or "error" in base:
-                continue
-            row["peak_cut"] = 1 - row["peak_bytes_in_use"] / base["peak_bytes_in_use"]
-            row["slowdown"] = row["step_s"] / base["step_s"] - 1
-            print(f"{name:<10} {row['policy']:<6} ({row['configuration']:<5}) peak "
-                  f"{row['peak_bytes_in_use'] / 2**30:7.2f} GiB (planned "
-                  f"{row['planned_peak_bytes'] / 2**30:6.2f}) cut {row['peak_cut']:6.1%}  step "
-                  f"{row['step_s'] * 1e3:8.1f} ms  slowdown {row['slowdown']:6.1%}")
-        for row in rows.values():
-            if "error" in row:
-                print(f"{name} {row['policy']}: FAILED\n{row['error']}")
-        results[name] = rows
-    vgg = results.get("vgg16", {})
-    target = [p for p, r in vgg.items() if r.get("peak_cut", 0) >= 0.8 and r.get("slowdown", 1) <= 0.18]
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(dict(
-        device=str(jax.devices()[0]), jax=jax.__version__, quick=args.quick, steps=steps,
-        results=results, vgg16_policies_meeting_target=target), indent=2) + "\n")
-    print(f"VGG-16 policies with >= 80% peak cut at <= 18% slowdown: {target or 'none'}")
-    print(f"wrote {OUT}")
+                 "--dry-run for the code path on the CPU, benchmarks/memory.py for CPU accounting")
+    configs = CONFIGS["dry" if args.dry_run else "full" if args.full else "lease"]
+    steps = 2 if args.dry_run else args.steps
+    result = dict(device=str(jax.devices()[0]), jax=jax.__version__, dry_run=args.dry_run,
+                  steps=steps, results={})
+    for name, config in configs.items():
+        rows = result["results"][name] = {}
+        for policy in POLICIES:
+            rows[policy] = run_one(name, policy, config, steps)
+            _compare(rows[policy], rows["none"])
+            if "error" in rows[policy]:
+                print(f"{name} {policy}: FAILED\n{rows[policy]['error']}", flush=True)
+            vgg = result["results"].get("vgg16", {})
+            result["vgg16_policies_meeting_target"] = [
+                p for p, r in vgg.items() if r.get("peak_cut", 0) >= 0.8 and r.get("slowdown", 1) <= 0.18]
+            result["summary"] = "; ".join(
+                f"{m} {p}: " + ("FAILED" if "error" in r else
+                                f"cut {r['peak_cut']:.0%} slow {r['slowdown']:.0%}" if "peak_cut" in r
+                                else f"slow {r.get('slowdown', 0):.0%}")
+                for m, model_rows in result["results"].items() for p, r in model_rows.items())
+            _part.write(args.out, result)
+    print(f"VGG-16 policies with >= 80% peak cut at <= 18% slowdown: "
+          f"{result.get('vgg16_policies_meeting_target') or 'none'}")
+    print(f"wrote {args.out}")
+    failed = [r for rows in result["results"].values() for r in rows.values() if "error" in r]
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
