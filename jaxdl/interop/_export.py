@@ -462,6 +462,11 @@ class _Builder:
             raise NotImplementedError(
                 f"from_torch: {node.target} ({where}) has no entry in jaxdl's aten table "
                 "(jaxdl/interop/_aten.py), so this forward cannot be converted")
+        if key == "batch_norm" and node.args[5] and node.args[3] is not None:
+            raise NotImplementedError(
+                f"from_torch: F.batch_norm in training mode with running statistics ({where}) "
+                "updates them in place inside the operator; use nn.BatchNorm*d, which converts "
+                "to jaxdl's layer")
         args = self.convert_args(node.args, node)
         kwargs = self.convert_args(dict(node.kwargs), node)
         slot = self.program.new_slot()

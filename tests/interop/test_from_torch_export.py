@@ -314,3 +314,105 @@ def test_researcher_model_converts_matches_and_trains_in_step(name, rng):
     assert list(model.state_dict()) == list(torch_model.state_dict())
     _check_against_torch(torch_model, model, inputs, rng)
     _train_in_step(torch_model, model, inputs, rng)
+
+
+class _Counting(nn.Module):
+    """Own parameter and buffer, a buffer updated in place, F.dropout following the mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.scale = nn.Parameter(torch.full((3,), 2.0))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return F.dropout(self.lin(x) * self.scale, 0.5, self.training)
+
+
+def test_state_names_modes_buffer_updates_and_dynamic_batch(rng):
+    torch.manual_seed(0)
+    t = _Counting().eval()
+    x = rand(rng, 5, 4)
+    model = dl.interop.from_torch(t, (torch.as_tensor(x),))
+    assert list(model.state_dict()) == ["scale", "calls", "lin.weight", "lin.bias"]
+    assert type(model.lin) is dl.nn.Linear and not model.training
+    with torch.no_grad():
+        expected = t(torch.as_tensor(x))
+    assert_close(model(jnp.asarray(x)), expected, "eval output")
+    assert float(model.calls) == float(t.calls) == 1.0  # the in-place update persists
+    bigger = rand(rng, 7, 4)  # batch 5 at conversion: axis 0 is dynamic by default
+    with torch.no_grad():
+        assert_close(model(jnp.asarray(bigger)), t(torch.as_tensor(bigger)), "batch of 7")
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(5, 5\).*captured for shape"):
+        model(jnp.ones((5, 5)))
+    model.train()  # the training-mode graph: F.dropout now drops about half, scaled by 2
+    out = np.asarray(dl.jit(lambda m, x: m(x))(model, jnp.ones((64, 4))))
+    kept = out != 0
+    assert 0.3 < kept.mean() < 0.7
+    with torch.no_grad():
+        full = (t.lin(torch.ones(64, 4)) * t.scale).numpy() * 2
+    np.testing.assert_allclose(out[kept], full[kept], rtol=1e-5)
+
+
+def test_compare_reports_stock_layers_inside_a_custom_module(rng):
+    torch_model, model, inputs = _convert("cifar_resnet", rng)
+    torch_model.eval()
+    model.eval()
+    report = dl.interop.compare(torch_model, model, inputs, loss_fn=lambda o: (o ** 2).sum())
+    paths = [row.path for row in report.rows]
+    assert report.ok, str(report)
+    assert {"stem", "bn", "layers.0.conv1", "layers.1.shortcut.0", "fc", "<root>"} <= set(paths)
+    assert "layers.1.conv2.weight" in paths  # gradient rows
+
+
+def test_converted_model_saves_and_loads(tmp_path, rng):
+    torch_model, model, inputs = _convert("gpt_block", rng)
+    dl.save({"model": model}, tmp_path / "ckpt")
+    before = {k: np.asarray(v) for k, v in model.state_dict().items()}
+    model.load_state_dict({k: np.zeros_like(v) for k, v in before.items()})
+    dl.load(tmp_path / "ckpt", target={"model": model})
+    for name, value in before.items():
+        np.testing.assert_array_equal(np.asarray(model.state_dict()[name]), value)
+
+
+class _Bessel(nn.Module):
+    def forward(self, x):
+        return torch.special.bessel_j0(x) + 1  # an operator jaxdl's table lacks
+
+
+class _DataDependentShape(nn.Module):
+    def forward(self, x):
+        return x[x > 0].sum()
+
+
+class _DataDependentBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+
+class _FunctionalBatchNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(3))
+        self.register_buffer("var", torch.ones(3))
+
+    def forward(self, x):
+        return F.batch_norm(x, self.mean, self.var, training=self.training)
+
+
+def test_what_cannot_convert_is_refused_at_conversion():
+    x = (torch.randn(4, 3),)
+    with pytest.raises(NotImplementedError, match=r"bessel_j0.*test_from_torch_export\.py\", "
+                       r"line \d+, in forward: return torch\.special\.bessel_j0\(x\) \+ 1"):
+        dl.interop.from_torch(_Bessel(), x)
+    with pytest.raises(NotImplementedError, match=r"depends on the values.*x\[x > 0\]"):
+        dl.interop.from_torch(_DataDependentShape(), x)
+    with pytest.raises(NotImplementedError, match="torch.export could not capture"):
+        dl.interop.from_torch(_DataDependentBranch(), x)
+    with pytest.raises(NotImplementedError, match="F.batch_norm in training mode"):
+        dl.interop.from_torch(_FunctionalBatchNorm(), x)
+    with pytest.raises(NotImplementedError, match="pass example_inputs"):
+        dl.interop.from_torch(_Bessel())
