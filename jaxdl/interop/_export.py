@@ -1,7 +1,8 @@
 """`from_torch` for a module with its own forward: capture it with torch.export, replay it.
 
-The torch module is exported twice (training and evaluation mode: Python code
-that reads `self.training` is specialised by export), each time with
+The torch module is exported in training mode and, if code outside its stock
+layers reads a `training` flag (export specialises such code), again in
+evaluation mode; each time with
 `preserve_module_call_signature` for its stock layers. From each graph we build
 a `_Program`: a flat list of steps over numbered slots. A node inside a stock
 layer that jaxdl has is not replayed; instead one step calls the converted
@@ -17,6 +18,7 @@ Nothing torch is kept at run time: steps hold jax functions, slot numbers,
 numpy dtypes and plain Python values.
 """
 
+import contextlib
 import os
 import re
 import warnings
@@ -598,22 +600,68 @@ def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stoc
     _find_units(torch, module, "", units, convert_stock)
     modules = dict(module.named_modules())
     preserved = {path for path in units if _several_inputs_or_outputs(torch, modules[path])}
-    modes = {name: m.training for name, m in module.named_modules()}
+    modes = {name: m.training for name, m in modules.items()}
     programs = {}
     try:
         for training in (True, False):
             module.train(training)
-            ep = _export(torch, module, example_inputs, dynamic_shapes, preserved)
+            reads = set()
+            with _watch_training(modules, units, reads):
+                ep = _export(torch, module, example_inputs, dynamic_shapes, preserved)
             programs[training] = _Builder(torch, ep, units, preserved).build()
             for symbol, bounds in ep.range_constraints.items():
                 high = bounds.upper
                 programs[training].ranges[str(symbol)] = (
                     int(bounds.lower), int(high) if high.is_Integer else None)
+            if not reads:  # no code outside the stock layers looked at the mode
+                programs[not training] = programs[training]
+                break
     finally:
-        for name, m in module.named_modules():
+        for name, m in modules.items():
             m.training = modes[name]
     root = _named_class(ExportedModule, type(module).__name__)(programs)
     return _mirror(torch, module, "", units, root=root)
+
+
+def _watched_class(cls):
+    """`cls` with `training` as a property that records each read (see _watch_training)."""
+    if cls not in _watched:
+        def read(self):
+            for reads in _watching:
+                reads.add(id(self))
+            return self.__dict__["training"]
+
+        def write(self, value):
+            self.__dict__["training"] = value
+
+        _watched[cls] = type(cls.__name__, (cls,), {
+            "training": property(read, write), "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__})
+    return _watched[cls]
+
+
+_watched = {}
+_watching = []
+
+
+@contextlib.contextmanager
+def _watch_training(modules, units, reads):
+    """Record in `reads` whether code outside the stock layers reads a module's `training`
+    flag while exporting. If nothing does, the graph is the same in both modes and one
+    export serves both (an export of a ResNet-50 takes seconds). The converted stock layers
+    follow their own flags at run time, so their reads do not count."""
+    swapped = []
+    for path, m in modules.items():
+        if not any(path == u or path.startswith(u + ".") for u in units):
+            swapped.append((m, type(m)))
+            m.__class__ = _watched_class(type(m))
+    _watching.append(reads)
+    try:
+        yield
+    finally:
+        _watching.remove(reads)
+        for m, cls in swapped:
+            m.__class__ = cls
 
 
 def _find_units(torch, module, path, units, convert_stock):
