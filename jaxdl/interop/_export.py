@@ -441,7 +441,7 @@ class _Builder:
         if schema is None or not schema.is_mutable:
             return
         target = node.args[0]
-        if self.unit_of(target) == unit or target.op == "placeholder":
+        if (self.unit_of(target) or (None,))[0] == unit or target.op == "placeholder":
             return  # the layer's own state (BatchNorm's counters): the jaxdl layer updates it
         if node.name in self.slots:
             self.slots[target.name] = self.slots[node.name]
@@ -589,13 +589,6 @@ def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stoc
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"from_torch: example_inputs[{i}] is {type(x).__name__}; "
                             "pass torch tensors (the positional arguments of forward)")
-    names = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
-        if id(param) in names:
-            raise NotImplementedError(
-                f"from_torch: {name} and {names[id(param)]} are the same tied parameter, "
-                "which the converted model cannot share yet; untie them or port by hand")
-        names[id(param)] = name
     units = {}
     _find_units(torch, module, "", units, convert_stock)
     modules = dict(module.named_modules())
@@ -620,7 +613,24 @@ def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stoc
         for name, m in modules.items():
             m.training = modes[name]
     root = _named_class(ExportedModule, type(module).__name__)(programs)
-    return _mirror(torch, module, "", units, root=root)
+    return _tie(module, _mirror(torch, module, "", units, root=root))
+
+
+def _tie(module, twin):
+    """One Parameter under several names in torch (a GPT's output layer sharing the
+    embedding) becomes one slot of the store under those names: one array, the gradients
+    of every use summed, one optimizer update, every key in state_dict - as in torch."""
+    first = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        owner, _, attr = name.rpartition(".")
+        if id(param) not in first:
+            first[id(param)] = (owner, attr)
+            continue
+        source_owner, source_attr = first[id(param)]
+        source, target = twin.get_submodule(source_owner), twin.get_submodule(owner)
+        target._slots[attr] = source._slots[source_attr]
+        target._store.bump()
+    return twin
 
 
 def _watched_class(cls):

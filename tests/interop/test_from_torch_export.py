@@ -366,6 +366,17 @@ def test_compare_reports_stock_layers_inside_a_custom_module(rng):
     assert "layers.1.conv2.weight" in paths  # gradient rows
 
 
+def test_tied_parameters_stay_one_array(rng):
+    torch.manual_seed(0)
+    t = GPTBlock()
+    t.lm_head.weight = t.tok.weight  # weight tying, as GPT-2 does
+    idx = _tokens(rng, 50, 2, 8)
+    model = dl.interop.from_torch(t, (torch.as_tensor(idx),))
+    assert list(model.state_dict()) == list(t.state_dict())  # both keys, as torch
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in t.named_parameters()]
+    _check_against_torch(t, model, (idx,), rng)  # the shared gradient sums both uses
+
+
 def test_converted_model_saves_and_loads(tmp_path, rng):
     torch_model, model, inputs = _convert("gpt_block", rng)
     dl.save({"model": model}, tmp_path / "ckpt")
