@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl import amp
 from jaxdl.nn import functional as F
 
 ATEN = {}
@@ -316,12 +317,15 @@ _register("linspace")(lambda start, end, steps, *, dtype=None, **kwargs:
 
 
 # ---- linear algebra ----------------------------------------------------------------------------
-_same("matmul", "mm", "bmm", fn=jnp.matmul)
+# Matrix products follow dl.amp.autocast (amp.lower), as jaxdl's layers do.
+_same("matmul", "mm", "bmm", fn=lambda self, other: jnp.matmul(*amp.lower(self, other)))
 _register("linear")(lambda input, weight, bias=None: F.linear(input, weight, bias))
 _register("addmm", "baddbmm", "addbmm")(
-    lambda self, mat1, mat2, *, beta=1, alpha=1: beta * self + alpha * jnp.matmul(mat1, mat2))
-_register("einsum")(lambda equation, tensors, *, path=None: jnp.einsum(equation, *tensors))
-_register("outer")(jnp.outer)
+    lambda self, mat1, mat2, *, beta=1, alpha=1: beta * self + alpha * jnp.matmul(
+        *amp.lower(mat1, mat2)))
+_register("einsum")(lambda equation, tensors, *, path=None: jnp.einsum(
+    equation, *amp.lower(*tensors)) if len(tensors) > 1 else jnp.einsum(equation, *tensors))
+_register("outer")(lambda self, vec2: jnp.outer(*amp.lower(self, vec2)))
 
 
 # ---- layers ------------------------------------------------------------------------------------

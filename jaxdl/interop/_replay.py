@@ -137,11 +137,9 @@ class _ReplayError(RuntimeError):
 
 
 def _conform(out, expect):
-    """Check a step's result against the shape torch.export recorded; cast to its dtype.
-
-    jnp and torch promote a few mixed dtypes differently (int64 vs int32 results); the
-    recorded dtype is torch's answer.
-    """
+    """Check a step's result against the shape torch.export recorded; give integer and bool
+    results torch's dtype (jnp and torch promote a few mixed dtypes differently). Floating
+    results keep theirs: under `dl.amp.autocast` a matrix product is meant to be 16-bit."""
     if isinstance(expect, list):
         return type(out)(_conform(o, e) for o, e in zip(out, expect))
     dims, dtype = expect
@@ -151,7 +149,10 @@ def _conform(out, expect):
     if len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape)):
         raise ValueError(f"result has shape {tuple(shape)}, torch's has "
                          f"({', '.join('?' if d is None else str(d) for d in dims)})")
-    return out if out.dtype == dtype else out.astype(dtype)
+    floating = jnp.issubdtype(out.dtype, jnp.floating) and jnp.issubdtype(dtype, jnp.floating)
+    if out.dtype == dtype or floating:
+        return out
+    return out.astype(dtype)
 
 
 class ExportedModule(Module):

@@ -242,10 +242,12 @@ def _check_against_torch(torch_model, model, inputs, rng):
     """Outputs within 1e-5 and every parameter gradient within 1e-4 relative, in train and
     eval mode, and the buffers (BatchNorm statistics) after the call.
 
-    A gradient is judged against torch in float64: within 1e-4 of its largest entry, or
-    within twice torch's own float32 error. The second bound matters only for parameters
-    whose gradient is zero in exact arithmetic (a BatchNorm scale followed by another
-    BatchNorm: scale invariance), where float32 rounding in torch itself is 1e-3 relative.
+    A gradient is judged against torch in float64: within 1e-4 of its largest entry, plus
+    twice torch's own float32 error, plus 1e-6 of the largest gradient in the model. The
+    last two matter only for gradients that are zero in exact arithmetic, i.e. float32
+    rounding noise on both sides: a conv bias or a BatchNorm scale followed by a training-
+    mode BatchNorm (shift and scale invariance), where torch's own float32 gradient is
+    1e-3 relative off its float64 one.
     """
 
     @dl.jit
@@ -265,10 +267,11 @@ def _check_against_torch(torch_model, model, inputs, rng):
         _, grads64, _ = _torch_run(reference, inputs, rng, torch.float64, cotangent)
         (_, out), grads = run(model, jnp.asarray(cotangent), *[jnp.asarray(x) for x in inputs])
         assert_close(out, expected, f"[{mode}] output", 1e-5)
+        largest = max(np.max(np.abs(g)) for g in grads64.values())
         for name, g64 in grads64.items():
             own = np.max(np.abs(np.asarray(grads[name]) - g64))
             torch_error = np.max(np.abs(grads32[name] - g64))
-            bound = 1e-4 * np.max(np.abs(g64)) + 2 * torch_error + 1e-7
+            bound = 1e-4 * np.max(np.abs(g64)) + 2 * torch_error + 1e-6 * largest
             assert own <= bound, f"[{mode}] grad of {name}: error {own:.3g} > {bound:.3g}"
         for name, value in torch_model.named_buffers():
             assert_close(model.state_dict()[name], value, f"[{mode}] buffer {name}", 1e-5)
@@ -377,8 +380,14 @@ def test_tied_parameters_stay_one_array(rng):
     _check_against_torch(t, model, (idx,), rng)  # the shared gradient sums both uses
 
 
-def test_converted_model_saves_and_loads(tmp_path, rng):
-    torch_model, model, inputs = _convert("gpt_block", rng)
+def test_converted_model_saves_loads_and_follows_autocast(tmp_path, rng):
+    torch_model, model, (idx,) = _convert("gpt_block", rng)
+    model.eval()
+    full = model(jnp.asarray(idx))
+    with dl.amp.autocast(dtype=jnp.bfloat16):  # matrix products in bfloat16, as torch's
+        half = model(jnp.asarray(idx))
+    assert full.dtype == jnp.float32 and half.dtype == jnp.bfloat16
+    assert_close(half.astype(jnp.float32), full, "bfloat16 logits", 5e-2)
     dl.save({"model": model}, tmp_path / "ckpt")
     before = {k: np.asarray(v) for k, v in model.state_dict().items()}
     model.load_state_dict({k: np.zeros_like(v) for k, v in before.items()})
