@@ -147,3 +147,20 @@ def test_switch_recompiles_dl_jit_and_choices_show_the_lowering(monkeypatch):
     assert run(True) == ("shifts",) * 3
     assert run(False) == ("xla",) * 3
     assert step.trace_count == 2
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 8, 6, 6), 8), ((2, 8, 2, 2), 1)])
+def test_autocast_bfloat16_runs_the_chosen_lowering_in_bfloat16_close_to_torch(shape, groups):
+    torch_model = torch.nn.Conv2d(8, 8, 3, padding=1, groups=groups)
+    model = nn.Conv2d(8, 8, 3, padding=1, groups=groups)
+    model.load_state_dict(torch_model.state_dict())
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    with dl.amp.autocast(dtype=jnp.bfloat16):
+        out = dl.jit(lambda m, x: m(x))(model, jnp.asarray(x))
+    (entry,) = [c for c in dl.backends.cpu.choices()
+                if c["input"] == shape and c["groups"] == groups and c["dtype"] == "bfloat16"]
+    assert entry["forward"] == ("shifts" if groups > 1 else "patches")
+    assert out.dtype == jnp.bfloat16
+    expected = torch_model(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(np.asarray(out, np.float32), expected, rtol=0.03,
+                               atol=0.03 * np.abs(expected).max())
