@@ -34,7 +34,7 @@ IMAGE = ((3, 224, 224), 1000)  # input shape, classes
 CONFIGS = {  # model: (batch, input shape, classes, dyn budget in bytes)
     "lease": {"vgg16": (256, *IMAGE, 12 * 2**30)},
     "full": {"vgg16": (256, *IMAGE, 12 * 2**30), "googlenet": (128, *IMAGE, 12 * 2**30)},
-    "dry": {"cnn": (4, (1, 8, 8), 10, 200_000)},  # planned minimum: 144 KiB
+    "dry": {"cnn": (4, (1, 8, 8), 10, None)},  # None: "none"'s planned peak (fits, whatever the planner)
 }
 
 
@@ -134,6 +134,8 @@ def main():
     for name, config in configs.items():
         rows = result["results"][name] = {}
         for policy in POLICIES:
+            if config[3] is None and "planned_peak_bytes" in rows.get("none", {}):
+                config = (*config[:3], rows["none"]["planned_peak_bytes"])
             rows[policy] = run_one(name, policy, config, steps)
             _compare(rows[policy], rows["none"])
             if "error" in rows[policy]:
