@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TOTAL_S = 525  # 9 minutes less a margin for the runner itself
-DRY_TOTAL_S = 280  # the dry run's promise is 5 minutes
+DRY_TOTAL_S = 290  # the dry run's promise is 5 minutes (about 2 on an idle 2-core machine)
 MAX_PART_BYTES = 2 * 2**20  # 6 parts x 2 MiB + tails: well under 16 MB
 
 
@@ -55,7 +55,7 @@ PARTS = [
     Part("softmax", "softmax.py", 55, 60, "gpu_ops.json"),
     Part("attention", "attention.py", 55, 60, "gpu_attention.json", ("--budget-s", "35")),
     Part("vdnn", "vdnn.py", 150, 90, "gpu_vdnn.json"),
-    Part("models", "models.py", 70, 60, "gpu_models.json", ("--budget-s", "45")),
+    Part("models", "models.py", 70, 90, "gpu_models.json", ("--budget-s", "45")),
     Part("distributed", "distributed.py", 35, 45, "gpu_distributed.json"),
 ]
 
