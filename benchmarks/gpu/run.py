@@ -1,7 +1,7 @@
 """Every GPU check in one command that fits a 15-minute lease of one H200: at most 9 minutes.
 
     PYTHONPATH=. python benchmarks/gpu/run.py              # on the GPU machine, no pip install
-    python benchmarks/gpu/run.py --dry-run                 # here: tiny sizes on the CPU, ~2 minutes
+    python benchmarks/gpu/run.py --dry-run                 # here: tiny sizes on the CPU, <= 5 minutes
 
 Needs only what that machine has (jax 0.11 with the CUDA plugin, optax, numpy;
 no grain, no pinned torch). Parts, each a script in this folder run in its own
@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TOTAL_S = 525  # 9 minutes less a margin for the runner itself
-DRY_TOTAL_S = 290  # the dry run's promise is 5 minutes (about 2 on an idle 2-core machine)
+DRY_TOTAL_S = 290  # the dry run's promise is 5 minutes
 MAX_PART_BYTES = 2 * 2**20  # 6 parts x 2 MiB + tails: well under 16 MB
 
 
