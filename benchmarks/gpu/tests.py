@@ -13,6 +13,7 @@ as skipped, so the run ends with its report. --dry-run: only the first files.
 
 import collections
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from _part import ROOT, parse_args, write  # noqa: I001 - first: sets up sys.pat
 
 FIRST = ["tests/test_jax_compat.py", "tests/test_devices.py"]  # what a new JAX release breaks first
 NOT_HERE = "tests/benchmarks/test_gpu_dry_run.py"  # runs this script: never from inside it
+OPTIONAL = ("nbformat", "nbclient", "orbax", "sklearn", "tqdm", "matplotlib")
 
 
 def _report(junit_path):
@@ -46,7 +48,10 @@ def main():
     args = parse_args(__doc__.splitlines()[0], "gpu_tests.json",
                       lambda p: p.add_argument("--budget-s", type=float, default=150.0))
     paths = [p for p in FIRST if (ROOT / p).exists()] + ([] if args.dry_run else ["tests"])
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDL_TEST_WITHOUT="torch,grain",
+    # Never the pinned torch or grain there; other optional packages the tests import (notebook
+    # runners, the data extra) count as absent where they are not installed.
+    without = ["torch", "grain"] + [name for name in OPTIONAL if importlib.util.find_spec(name) is None]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAXDL_TEST_WITHOUT=",".join(without),
                JAXDL_TEST_DEADLINE=str(time.time() + args.budget_s),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,7 +65,7 @@ def main():
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no report"
     write(args.out, {"summary": summary, "pytest_exit": proc.returncode, "seconds": seconds,
                      "jax": importlib.metadata.version("jax"), "python": sys.version.split()[0],
-                     "paths": paths,
+                     "paths": paths, "without": without,
                      "counts": counts, "skip_reasons": reasons, "failures": failures,
                      "output_tail": proc.stdout[-3000:] + proc.stderr[-2000:]})
     print(summary)
