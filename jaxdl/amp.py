@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from jaxdl._convert import as_dtype
 from jaxdl._store import STATE, Stateful, Store
+from jaxdl._tracing import is_traced
 
 _policy: list = []  # stack of active dtypes (None where autocast(enabled=False))
 
@@ -80,10 +81,6 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
     def __exit__(self, *exc):
         _policy.pop()
         return False
-
-
-def _is_traced(value) -> bool:
-    return isinstance(value, jax.core.Tracer)
 
 
 class GradScaler(Stateful):
@@ -168,7 +165,7 @@ class GradScaler(Stateful):
         if id(optimizer) not in self._found_per_optimizer:
             grads = self.unscale_(optimizer, grads)
         found = self._found_per_optimizer[id(optimizer)]
-        if not _is_traced(found):
+        if not is_traced(found):
             if not float(found):
                 optimizer.step(grads)
             return None
@@ -206,7 +203,7 @@ class GradScaler(Stateful):
         if not self._enabled:
             return 1.0
         scale = self._read("scale")
-        return scale if _is_traced(scale) else float(scale)
+        return scale if is_traced(scale) else float(scale)
 
     def get_growth_factor(self):
         return self._growth_factor

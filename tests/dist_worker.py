@@ -1,4 +1,4 @@
-"""Worker for tests/test_distributed.py, started by the launcher (one process per rank).
+"""Worker for tests/distributed/test_distributed.py, started by the launcher (one process per rank).
 
 Each process owns 4 simulated CPU devices and its half of every global batch;
 rank 0 writes the losses and final parameters to the file named by argv[1].

@@ -10,7 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch.nn.functional as TF
 from torch_twin import assert_close, flatten
+
+import jaxdl.nn.functional as F
 
 
 def _torch_value(c):
@@ -23,9 +26,11 @@ def _jax_value(c):
 
 def check_functional(ours, theirs, floats, constants=(), kwargs=None, *, torch_kwargs=None,
                      fwd_tol=1e-5, grad_tol=1e-4, seed=7):
-    """Returns jaxdl's outputs (a list of leaves) for further checks."""
+    """Returns jaxdl's outputs (a list of leaves) for further checks. Array keyword arguments
+    reach torch as tensors unless `torch_kwargs` is given."""
     kwargs = kwargs or {}
-    torch_kwargs = kwargs if torch_kwargs is None else torch_kwargs
+    if torch_kwargs is None:
+        torch_kwargs = {k: _torch_value(v) for k, v in kwargs.items()}
     t_in = [torch.tensor(x, requires_grad=True) for x in floats]
     t_out = flatten(theirs(*t_in, *[_torch_value(c) for c in constants], **torch_kwargs))
     cot_rng = np.random.default_rng(seed)
@@ -52,3 +57,19 @@ def check_functional(ours, theirs, floats, constants=(), kwargs=None, *, torch_k
         expected = np.zeros(t.shape, np.float32) if t.grad is None else t.grad.numpy()
         assert_close(g, expected, f"grad of input {k}", grad_tol, floor=1e-6)
     return leaves
+
+
+def check_by_name(case, floats, constants=(), kwargs=None):
+    """`check_functional` on F.<name> and torch's F.<name>; `case` is "name" or "name-variant"."""
+    name = case.split("-")[0]
+    return check_functional(getattr(F, name), getattr(TF, name), floats, constants, kwargs)
+
+
+def positive(rng, *shape):
+    """float32 inputs bounded away from zero (weights, variances, rates, p-norm inputs)."""
+    return np.abs(rng.standard_normal(shape)).astype(np.float32) + 0.1
+
+
+def signs(rng, *shape):
+    """float32 targets of -1 and +1."""
+    return np.where(rng.random(shape) < 0.5, -1.0, 1.0).astype(np.float32)

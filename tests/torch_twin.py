@@ -13,6 +13,8 @@ Outputs may be nested tuples/lists (RNNs return `(out, h)`); `None` leaves are
 skipped. Integer inputs (indices, offsets) are passed through undifferentiated.
 """
 
+import collections
+
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -168,3 +170,49 @@ def check_forward(torch_module, jax_module, inputs, *, mode: str = "eval", tol: 
     for name, value in jax_module.named_buffers():
         assert_close(value, t_buffers[name], f"[{mode}] buffer {name} after the call", tol)
     return leaves
+
+
+def count_parameters(module) -> int:
+    """Number of parameter entries of a jaxdl or torch module."""
+    return sum(int(np.prod(p.shape)) for _, p in module.named_parameters())
+
+
+def registry_twin_pair(name, **kwargs):
+    """(torch twin seeded 0, weightless jaxdl model) of a `jaxdl.models` registry entry;
+    check_twin copies the twin's weights into the model."""
+    from jaxdl import models
+
+    torch.manual_seed(0)
+    twin = models.model_entry(name).torch_twin(**kwargs)
+    model = dl.memory.abstract_model(models.get_model, name, **kwargs)
+    assert list(model.state_dict()) == list(twin.state_dict())
+    return twin, model
+
+
+def torch_cnn():
+    """A small torch CNN (conv, BatchNorm, pooling, dropout, MLP head), seeded 0."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(collections.OrderedDict([
+        ("conv", torch.nn.Conv2d(3, 6, 3, stride=2, padding=1, bias=False)),
+        ("bn", torch.nn.BatchNorm2d(6)),
+        ("act", torch.nn.LeakyReLU(0.2)),
+        ("pool", torch.nn.MaxPool2d(2, ceil_mode=True)),
+        ("drop", torch.nn.Dropout(0.3)),
+        ("flat", torch.nn.Flatten()),
+        ("head", torch.nn.Sequential(torch.nn.Linear(6 * 2 * 2, 16),
+                                     torch.nn.GELU(approximate="tanh"),
+                                     torch.nn.LayerNorm(16), torch.nn.Linear(16, 5))),
+    ]))
+
+
+def square_loss(out):
+    return (out ** 2).sum()  # works on torch and jax arrays alike
+
+
+def bool_mask(rng, *shape, keep_one_axis=-1):
+    """Random bool mask with at least one False (attend) entry along `keep_one_axis`."""
+    mask = rng.random(shape) < 0.4
+    first = [slice(None)] * len(shape)
+    first[keep_one_axis] = 0
+    mask[tuple(first)] = False
+    return mask

@@ -1,7 +1,183 @@
-"""Element-wise activations as modules."""
+"""Element-wise activations and the softmax family: functional forms and modules."""
 
+import jax
+import jax.numpy as jnp
+
+from jaxdl import amp, ops
 from jaxdl._module import Module
-from jaxdl.nn import functional as F
+from jaxdl.nn._keys import fresh_key as _fresh_key
+
+
+def relu(input, inplace: bool = False):
+    return jax.nn.relu(input)
+
+
+def tanh(input):
+    return jnp.tanh(input)
+
+
+def sigmoid(input):
+    return jax.nn.sigmoid(input)
+
+
+def relu6(input, inplace: bool = False):
+    return jnp.clip(input, 0, 6).astype(input.dtype)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace: bool = False):
+    return jnp.clip(input, min_val, max_val).astype(input.dtype)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace: bool = False):
+    return jnp.where(input > 0, input, input * negative_slope)
+
+
+def elu(input, alpha=1.0, inplace: bool = False):
+    return jnp.where(input > 0, input, alpha * jnp.expm1(jnp.minimum(input, 0)))
+
+
+def celu(input, alpha=1.0, inplace: bool = False):
+    return jnp.where(input > 0, input, alpha * jnp.expm1(jnp.minimum(input, 0) / alpha))
+
+
+def selu(input, inplace: bool = False):
+    return jax.nn.selu(input)
+
+
+def gelu(input, approximate: str = "none"):
+    """GELU: exact erf form for approximate='none' (PyTorch's default), or the tanh form."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate={approximate!r}; use 'none' or 'tanh'")
+    return jax.nn.gelu(input, approximate=approximate == "tanh")
+
+
+def silu(input, inplace: bool = False):
+    return jax.nn.silu(input)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+    scaled = input * beta
+    soft = jnp.logaddexp(scaled, 0.0) / beta
+    return jnp.where(scaled > threshold, input, soft)
+
+
+def mish(input, inplace: bool = False):
+    return input * jnp.tanh(softplus(input))
+
+
+def hardsigmoid(input, inplace: bool = False):
+    return jnp.clip(input / 6 + 0.5, 0, 1).astype(input.dtype)
+
+
+def hardswish(input, inplace: bool = False):
+    return input * hardsigmoid(input)
+
+
+def logsigmoid(input):
+    return jax.nn.log_sigmoid(input)
+
+
+def softsign(input):
+    return input / (1 + jnp.abs(input))
+
+
+def threshold(input, threshold, value, inplace: bool = False):
+    return jnp.where(input > threshold, input, value).astype(input.dtype)
+
+
+def glu(input, dim=-1):
+    a, b = jnp.split(input, 2, axis=dim)
+    return a * jax.nn.sigmoid(b)
+
+
+def prelu(input, weight):
+    """max(0, x) + weight * min(0, x), weight per channel (axis 1) or a single value."""
+    w = weight if weight.size == 1 or input.ndim < 2 else weight.reshape(
+        (-1,) + (1,) * (input.ndim - 2))
+    return jnp.where(input >= 0, input, w * input)
+
+
+def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,
+          inplace: bool = False, *, key=None):
+    """Leaky ReLU with a random slope in [lower, upper] when training, their mean otherwise."""
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2)
+    slope = jax.random.uniform(_fresh_key(key, input, "rrelu"), input.shape, input.dtype, lower, upper)
+    return jnp.where(input >= 0, input, slope * input)
+
+
+def hardshrink(input, lambd: float = 0.5):
+    return jnp.where(jnp.abs(input) > lambd, input, 0).astype(input.dtype)
+
+
+def softshrink(input, lambd: float = 0.5):
+    return (jnp.sign(input) * jnp.maximum(jnp.abs(input) - lambd, 0)).astype(input.dtype)
+
+
+def tanhshrink(input):
+    return input - jnp.tanh(input)
+
+
+# PyTorch's in-place variants: arrays are immutable here, so they return the result.
+relu_ = relu
+elu_ = elu
+celu_ = celu
+selu_ = selu
+leaky_relu_ = leaky_relu
+hardtanh_ = hardtanh
+threshold_ = threshold
+rrelu_ = rrelu
+
+
+def _softmax_dim(input, dim):
+    if dim is None:  # PyTorch's legacy implicit choice
+        return 0 if input.ndim in (0, 1, 3) else 1
+    return dim
+
+
+_OPS_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)  # what jaxdl.ops computes (in float32)
+
+
+def _ops_supports(x):
+    return x.ndim > 0 and x.dtype in _OPS_DTYPES
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    input = amp.full(input)
+    x = input if dtype is None else input.astype(dtype)
+    if _ops_supports(x):  # the online-normalizer kernels (Pallas on GPU, XLA elsewhere)
+        return ops.softmax(x, axis=_softmax_dim(input, dim))
+    return jax.nn.softmax(x, axis=_softmax_dim(input, dim))
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    input = amp.full(input)
+    x = input if dtype is None else input.astype(dtype)
+    if _ops_supports(x):
+        return ops.log_softmax(x, axis=_softmax_dim(input, dim))
+    return jax.nn.log_softmax(x, axis=_softmax_dim(input, dim))
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(-input, dim, dtype=dtype)
+
+
+def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1,
+                   *, key=None):
+    """softmax((logits + Gumbel noise) / tau); with hard=True the one-hot of its argmax in the
+    forward pass and the soft sample's gradient (straight-through). `eps` is unused, as in
+    PyTorch."""
+    gumbels = jax.random.gumbel(_fresh_key(key, logits, "gumbel_softmax"), logits.shape,
+                                jnp.promote_types(logits.dtype, jnp.float32)).astype(logits.dtype)
+    soft = softmax((logits + gumbels) / tau, dim=dim)
+    if not hard:
+        return soft
+    axis = dim % logits.ndim
+    index = jnp.argmax(soft, axis=axis, keepdims=True)
+    one_hot_ = (jnp.arange(logits.shape[axis]).reshape((-1,) + (1,) * (logits.ndim - axis - 1))
+                == index).astype(soft.dtype)
+    return one_hot_ - jax.lax.stop_gradient(soft) + soft
 
 
 class _Inplace(Module):
@@ -17,27 +193,27 @@ class _Inplace(Module):
 
 class ReLU(_Inplace):
     def forward(self, input):
-        return F.relu(input)
+        return relu(input)
 
 
 class ReLU6(_Inplace):
     def forward(self, input):
-        return F.relu6(input)
+        return relu6(input)
 
 
 class SiLU(_Inplace):
     def forward(self, input):
-        return F.silu(input)
+        return silu(input)
 
 
 class Mish(_Inplace):
     def forward(self, input):
-        return F.mish(input)
+        return mish(input)
 
 
 class Hardswish(_Inplace):
     def forward(self, input):
-        return F.hardswish(input)
+        return hardswish(input)
 
 
 class LeakyReLU(Module):
@@ -46,7 +222,7 @@ class LeakyReLU(Module):
         self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, input):
-        return F.leaky_relu(input, self.negative_slope)
+        return leaky_relu(input, self.negative_slope)
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
@@ -58,7 +234,7 @@ class ELU(Module):
         self.alpha, self.inplace = alpha, inplace
 
     def forward(self, input):
-        return F.elu(input, self.alpha)
+        return elu(input, self.alpha)
 
     def extra_repr(self):
         return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
@@ -74,7 +250,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, input):
-        return F.gelu(input, approximate=self.approximate)
+        return gelu(input, approximate=self.approximate)
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
@@ -86,7 +262,7 @@ class Softplus(Module):
         self.beta, self.threshold = beta, threshold
 
     def forward(self, input):
-        return F.softplus(input, self.beta, self.threshold)
+        return softplus(input, self.beta, self.threshold)
 
     def extra_repr(self):
         return f"beta={self.beta}, threshold={self.threshold}"
@@ -94,12 +270,12 @@ class Softplus(Module):
 
 class Tanh(Module):
     def forward(self, input):
-        return F.tanh(input)
+        return tanh(input)
 
 
 class Sigmoid(Module):
     def forward(self, input):
-        return F.sigmoid(input)
+        return sigmoid(input)
 
 
 class Softmax(Module):
@@ -108,7 +284,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.softmax(input, self.dim)
+        return softmax(input, self.dim)
 
     def extra_repr(self):
         return f"dim={self.dim}"
@@ -116,4 +292,4 @@ class Softmax(Module):
 
 class LogSoftmax(Softmax):
     def forward(self, input):
-        return F.log_softmax(input, self.dim)
+        return log_softmax(input, self.dim)

@@ -215,6 +215,14 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
                              dilation)
 
 
+def conv_tbc(input, weight, bias, pad: int = 0):  # noqa: F811 (torch's argument name)
+    """torch's time-batch-channel conv1d: input (T, B, C_in), weight (K, C_in, C_out), bias
+    (C_out), `pad` zero steps on both ends of T; output (T + 2 pad - K + 1, B, C_out)."""
+    out = conv1d(jnp.transpose(input, (1, 2, 0)), jnp.transpose(weight, (2, 1, 0)), bias,
+                 padding=pad)
+    return jnp.transpose(out, (2, 0, 1))
+
+
 class _ConvNd(Module):
     _n = 0
     _transposed = False

@@ -1,14 +1,13 @@
 """The key of a random functional op: the caller's `key=`, else the global stream (eager only)."""
 
-import jax
-
 from jaxdl._random import next_key
+from jaxdl._tracing import is_traced
 
 
 def fresh_key(key, input, what):
     if key is not None:
         return key
-    if isinstance(input, jax.core.Tracer):
+    if is_traced(input):
         raise ValueError(
             f"F.{what} inside a traced function needs key=...: the global key stream would be "
             f"frozen into the compiled code. Pass a key, or use the module form (e.g. nn.Dropout, "

@@ -1,15 +1,144 @@
-"""Linear, Bilinear, Identity."""
+"""Linear, Bilinear, Identity; `F.linear`, `F.bilinear` and torch's grouped and scaled (fp8)
+matrix products."""
 
+import enum
 import math
 
+import jax
 import jax.numpy as jnp
 
-from jaxdl import _random
+from jaxdl import _random, amp
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
-from jaxdl.nn import functional as F
 from jaxdl.nn.init import bias_uniform, default_weight
+
+
+def linear(input, weight, bias=None):
+    """y = x W^T + b, W of shape (out_features, in_features)."""
+    input, weight, bias = amp.lower(input, weight, bias)
+    out = jnp.matmul(input, weight.T)
+    return out if bias is None else out + bias
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y_o = x1^T W_o x2 + b_o, W of shape (out_features, in1_features, in2_features)."""
+    input1, input2, weight, bias = amp.lower(input1, input2, weight, bias)
+    out = jnp.einsum("...i,oij,...j->...o", input1, weight, input2)
+    return out if bias is None else out + bias
+
+
+def _group_sizes(offs):
+    """Group sizes from torch's end offsets; rows (or columns) past offs[-1] belong to no group."""
+    offs = jnp.asarray(offs).astype(jnp.int32)
+    if offs.ndim != 1:
+        raise ValueError(f"grouped_mm: offs must be 1-d, got shape {tuple(offs.shape)}")
+    return jnp.diff(offs, prepend=0)
+
+
+def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
+    """torch's grouped matrix multiply (Mixture-of-Experts layers), by `jax.lax.ragged_dot`
+    (a masked einsum for the ragged contraction, which ragged_dot cannot differentiate):
+
+    - a (M, K), b (G, K, N), offs (G,): rows offs[g-1]:offs[g] of a times b[g] -> (M, N);
+    - a (G, M, K), b (K, N), offs (G,): a[g] times columns offs[g-1]:offs[g] of b -> (M, N);
+    - a (M, K), b (K, N), offs (G,): the K slices offs[g-1]:offs[g], one product each -> (G, M, N);
+    - a (G, M, K), b (G, K, N), no offs: a batched product -> (G, M, N).
+
+    Rows/columns past offs[-1] are zeros here (torch leaves them unspecified). `out_dtype`
+    sets the accumulation and output dtype (default: the inputs'). torch refuses `bias`, so do we.
+    """
+    if bias is not None:
+        raise NotImplementedError("grouped_mm(bias=...): torch does not support it yet either")
+    out_dtype = out_dtype or mat_a.dtype
+    kinds = (mat_a.ndim, mat_b.ndim)
+    if kinds == (3, 3):
+        if offs is not None:
+            raise ValueError("grouped_mm: offs must be None when both operands are 3-d")
+        return jnp.matmul(mat_a, mat_b, preferred_element_type=out_dtype)
+    if kinds not in ((2, 3), (3, 2), (2, 2)) or offs is None:
+        raise ValueError(f"grouped_mm: expected 2-d/3-d operands with offs for any 2-d one, got "
+                         f"shapes {tuple(mat_a.shape)}, {tuple(mat_b.shape)}, offs={offs is not None}")
+    if kinds == (2, 3):
+        return jax.lax.ragged_dot(mat_a, mat_b, _group_sizes(offs),
+                                  preferred_element_type=out_dtype)
+    if kinds == (3, 2):  # the transposed problem: b's columns are the ragged rows
+        out = jax.lax.ragged_dot(mat_b.T, jnp.swapaxes(mat_a, 1, 2),
+                                 _group_sizes(offs), preferred_element_type=out_dtype)
+        return out.T
+    # ragged contraction: a mask per group over K (ragged_dot_general has no gradient for it)
+    ends = jnp.asarray(offs).astype(jnp.int32)
+    k = jnp.arange(mat_a.shape[1])
+    member = (k >= (ends - _group_sizes(offs))[:, None]) & (k < ends[:, None])
+    return jnp.einsum("mk,gk,kn->gmn", mat_a, member.astype(mat_a.dtype), mat_b,
+                      preferred_element_type=out_dtype)
+
+
+class ScalingType(enum.Enum):
+    """How `scaled_mm` operands were scaled (torch's names; torch's own enum is accepted too)."""
+    TensorWise = 0
+    RowWise = 1
+    BlockWise1x16 = 2
+    BlockWise1x32 = 3
+    BlockWise1x128 = 4
+    BlockWise128x128 = 5
+
+
+class SwizzleType(enum.Enum):
+    """Layouts of block scales (torch's names); only NO_SWIZZLE is meaningful here."""
+    NO_SWIZZLE = 0
+    SWIZZLE_32_4_4 = 1
+
+
+def _single(value, what):
+    """torch passes one scale/recipe or a list of one; several mean block-scaled MX formats."""
+    if isinstance(value, list | tuple):
+        if len(value) != 1:
+            raise NotImplementedError(f"scaled_mm: several {what} (block-scaled formats) are "
+                                      "not supported")
+        return value[0]
+    return value
+
+
+def scaled_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a=None,
+              swizzle_b=None, bias=None, output_dtype=jnp.bfloat16, contraction_dim=(),
+              use_fast_accum: bool = False):
+    """(a @ b) * scale_a * scale_b + bias for float8 a (M, K) and b (K, N), accumulated in
+    float32, as torch's CPU kernel: the recipes torch runs on CPU, TensorWise (scalar scales)
+    and RowWise (scale_a (M, 1), scale_b (1, N)). The block-scaled MX recipes and swizzled
+    scales are GPU formats (NotImplementedError)."""
+    recipes = [getattr(_single(r, "recipes"), "name", r) for r in (scale_recipe_a, scale_recipe_b)]
+    swizzles = [getattr(_single(z, "swizzles"), "name", z) for z in (swizzle_a, swizzle_b)]
+    if recipes[0] != recipes[1] or recipes[0] not in ("TensorWise", "RowWise"):
+        raise NotImplementedError(f"scaled_mm: scaling {recipes} is not supported; TensorWise "
+                                  "and RowWise are (the block-scaled recipes need GPU fp8 support)")
+    if any(z not in (None, "NO_SWIZZLE") for z in swizzles) or contraction_dim:
+        raise NotImplementedError("scaled_mm: swizzled scales and contraction_dim are not supported")
+    fp8 = (jnp.float8_e4m3fn, jnp.float8_e5m2)
+    if mat_a.ndim != 2 or mat_b.ndim != 2 or mat_a.dtype not in fp8 or mat_b.dtype not in fp8:
+        raise ValueError(f"scaled_mm: expected 2-d float8 operands, got {mat_a.dtype} "
+                         f"{tuple(mat_a.shape)} and {mat_b.dtype} {tuple(mat_b.shape)}")
+    scale_a, scale_b = (jnp.asarray(_single(x, "scales"), jnp.float32) for x in (scale_a, scale_b))
+    want = [(), ()] if recipes[0] == "TensorWise" else [(mat_a.shape[0], 1), (1, mat_b.shape[1])]
+    for scale, shape, name in zip((scale_a, scale_b), want, "ab"):
+        if scale.size != math.prod(shape) or (shape and scale.shape != shape):
+            raise ValueError(f"scaled_mm: {recipes[0]} scale_{name} must have shape {shape or (1,)}, "
+                             f"got {tuple(scale.shape)}")
+    out = jnp.matmul(mat_a, mat_b, preferred_element_type=jnp.float32)
+    out = out * scale_a.reshape(want[0]) * scale_b.reshape(want[1])
+    if bias is not None:
+        out = out + bias.astype(jnp.float32)
+    return out.astype(output_dtype or jnp.bfloat16)
+
+
+def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a=None,
+                      swizzle_b=None, bias=None, offs=None, output_dtype=jnp.bfloat16,
+                      contraction_dim=(), use_fast_accum: bool = False):
+    """Not implemented: torch's fp8 grouped scaled matmul has no CPU kernel (it needs GPU fp8
+    hardware support), so there is nothing to check an implementation against."""
+    raise NotImplementedError(
+        "F.scaled_grouped_mm: the fp8 grouped scaled matmul needs GPU hardware fp8 support (torch "
+        "has no CPU kernel for it either); use grouped_mm on dequantized operands")
 
 
 class Identity(Module):
@@ -39,7 +168,7 @@ class Linear(Module):
     def forward(self, input):
         self._check_input(input, range(1, 33), -1, self.in_features)
         self._check_floating(input)
-        return F.linear(input, self.weight, self.bias)
+        return linear(input, self.weight, self.bias)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -72,7 +201,7 @@ class Bilinear(Module):
         if input1.shape[:-1] != input2.shape[:-1]:
             raise self._input_error("inputs with equal leading shapes,", tuple(input1.shape[:-1]),
                                     tuple(input2.shape[:-1]))
-        return F.bilinear(input1, input2, self.weight, self.bias)
+        return bilinear(input1, input2, self.weight, self.bias)
 
     def extra_repr(self):
         return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "

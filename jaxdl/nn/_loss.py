@@ -1,10 +1,202 @@
-"""Loss modules: thin wrappers over `functional` with PyTorch's constructor arguments."""
+"""Losses: functional forms and modules with PyTorch's constructor arguments."""
 
+import math
+
+import jax
 import jax.numpy as jnp
 
+from jaxdl import amp, ops
 from jaxdl._module import Module
-from jaxdl.nn import functional as F
+from jaxdl.nn._activation import _ops_supports, log_softmax
+from jaxdl.nn._ctc import ctc_loss
+from jaxdl.nn._distance import multilabel_margin_loss, triplet_margin_with_distance_loss
+from jaxdl.nn._linear import linear
 from jaxdl.nn._reduction import REDUCTIONS
+from jaxdl.nn._reduction import reduce_loss as _reduce
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    input, target = amp.full(input, target)
+    return _reduce(jnp.square(input - target), reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    input, target = amp.full(input, target)
+    return _reduce(jnp.abs(input - target), reduction)
+
+
+def _class_last(x):
+    """Move the class axis (1 for N-d inputs, 0 for a single sample) to the end."""
+    return x if x.ndim == 1 else jnp.moveaxis(x, 1, -1)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
+             reduce=None, reduction: str = "mean"):
+    """Negative log-likelihood of class indices; `input` holds log-probabilities."""
+    input = amp.full(input)
+    logp = _class_last(input)
+    num_classes = logp.shape[-1]
+    target = jnp.asarray(target)
+    if target.shape != logp.shape[:-1]:
+        raise ValueError(
+            f"nll_loss: expected target of shape {tuple(logp.shape[:-1])} for input of shape "
+            f"{tuple(input.shape)}, got {tuple(target.shape)}"
+        )
+    valid = target != ignore_index
+    safe = jnp.where(valid, target, 0)
+    picked = jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
+    w = jnp.ones((num_classes,), logp.dtype) if weight is None else jnp.asarray(weight, logp.dtype)
+    sample_w = jnp.where(valid, w[safe], 0.0)
+    loss = -picked * sample_w
+    if reduction == "mean":
+        return jnp.sum(loss) / jnp.sum(sample_w)
+    return _reduce(loss, reduction)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
+    """PyTorch's cross_entropy: class indices or class probabilities as targets."""
+    input, target = amp.full(input, target)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    target = jnp.asarray(target)
+    indices_shape = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
+    if (weight is None and _ops_supports(input) and jnp.issubdtype(target.dtype, jnp.integer)
+            and target.shape == indices_shape and reduction in REDUCTIONS):
+        # class indices without weights: one online pass, no (N, C) log-softmax written
+        return ops.cross_entropy(input, target, ignore_index, label_smoothing, reduction,
+                                 axis=0 if input.ndim == 1 else 1)
+    logp = log_softmax(input.astype(jnp.promote_types(input.dtype, jnp.float32)),
+                       dim=0 if input.ndim == 1 else 1)
+    num_classes = logp.shape[0 if input.ndim == 1 else 1]
+    w = None if weight is None else jnp.asarray(weight, logp.dtype)
+
+    if jnp.issubdtype(target.dtype, jnp.floating):  # class probabilities
+        if target.shape != input.shape:
+            raise ValueError(
+                f"cross_entropy: probability targets must match input shape {tuple(input.shape)}, "
+                f"got {tuple(target.shape)}"
+            )
+        probs = _class_last(target)
+        if label_smoothing:
+            probs = probs * (1 - label_smoothing) + label_smoothing / num_classes
+        terms = _class_last(logp) * probs
+        if w is not None:
+            terms = terms * w
+        loss = -jnp.sum(terms, axis=-1)
+        if reduction == "mean":
+            return jnp.sum(loss) / max(loss.size, 1) if loss.ndim else loss
+        return _reduce(loss, reduction)
+
+    nll = nll_loss(logp, target, w, ignore_index=ignore_index, reduction=reduction)
+    if not label_smoothing:
+        return nll
+    # PyTorch: (1 - eps) * nll + eps / C * smooth, where smooth = -sum_c w_c log p_c,
+    # zero at ignored positions, normalised like nll (by the target weights) for "mean".
+    lp = _class_last(logp)
+    smooth = -jnp.sum(lp if w is None else lp * w, axis=-1)
+    valid = target != ignore_index
+    smooth = jnp.where(valid, smooth, 0.0)
+    if reduction == "mean":
+        if w is None:
+            smooth = jnp.sum(smooth) / jnp.sum(valid)
+        else:
+            smooth = jnp.sum(smooth) / jnp.sum(jnp.where(valid, w[jnp.where(valid, target, 0)], 0.0))
+    else:
+        smooth = _reduce(smooth, reduction)
+    return (1 - label_smoothing) * nll + smooth * (label_smoothing / num_classes)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
+                   beta: float = 1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta=0)."""
+    input, target = amp.full(input, target)
+    d = jnp.abs(input - target)
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    return _reduce(jnp.where(d < beta, 0.5 * jnp.square(d) / beta, d - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
+               weight=None):
+    """0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)."""
+    input, target = amp.full(input, target)
+    if weight is not None:
+        raise NotImplementedError("F.huber_loss(weight=...)")
+    d = jnp.abs(input - target)
+    return _reduce(jnp.where(d <= delta, 0.5 * jnp.square(d), delta * (d - 0.5 * delta)),
+                   reduction)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean"):
+    """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as in PyTorch."""
+    input, target = amp.full(input, target)
+    log_x = jnp.maximum(jnp.log(input), -100.0)
+    log_1mx = jnp.maximum(jnp.log1p(-input), -100.0)
+    loss = -(target * log_x + (1 - target) * log_1mx)
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction: str = "mean", pos_weight=None):
+    """BCE on logits, stable form; pos_weight scales the positive term (per class)."""
+    input, target = amp.full(input, target)
+    log_sig_neg = jax.nn.log_sigmoid(-input)  # log(1 - sigmoid(x))
+    log_sig = jax.nn.log_sigmoid(input)
+    pos = target * log_sig * (1.0 if pos_weight is None else pos_weight)
+    loss = -(pos + (1 - target) * log_sig_neg)
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False):
+    """target * (log target - input), `input` being log-probabilities.
+
+    reduction='batchmean' divides the sum by the batch size (the true KL
+    divergence); 'mean' averages over every element, as PyTorch does.
+    """
+    input, target = amp.full(input, target)
+    if log_target:
+        loss = jnp.exp(target) * (target - input)
+    else:
+        loss = jax.scipy.special.xlogy(target, target) - target * input
+    if reduction == "batchmean":
+        return jnp.sum(loss) / (input.shape[0] if input.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None,
+                         reduction: str = "mean", ignore_index=None, label_smoothing: float = 0.0,
+                         options=None):
+    """cross_entropy(linear(input, linear_weight, linear_bias), target, ...), as torch.
+
+    input (in_features) or (N, in_features); linear_weight (C, in_features), or (C, d_1..d_K,
+    in_features) for a K-dimensional loss (batched input only). Targets holding probabilities are
+    told apart by having the logits' shape, as torch does. `options` (torch's chunking to save
+    memory) is accepted and ignored: the math is the same."""
+    if input.ndim not in (1, 2):
+        raise ValueError(f"linear_cross_entropy: expected input with dimensionality 1 or 2, got "
+                         f"{input.ndim}")
+    if linear_weight.ndim < 2 or linear_weight.shape[-1] != input.shape[-1]:
+        raise ValueError(f"linear_cross_entropy: expected linear_weight (C, ..., in_features) with "
+                         f"in_features={input.shape[-1]}, got shape {tuple(linear_weight.shape)}")
+    num_classes, out_features = linear_weight.shape[0], tuple(linear_weight.shape[1:-1])
+    if linear_bias is not None and tuple(linear_bias.shape) != (num_classes, *out_features):
+        raise ValueError(f"linear_cross_entropy: expected linear_bias shape "
+                         f"{(num_classes, *out_features)}, got {tuple(linear_bias.shape)}")
+    if out_features and input.ndim == 1:
+        raise ValueError("linear_cross_entropy: a K-dimensional linear_weight "
+                         f"{tuple(linear_weight.shape)} requires batched (N, in_features) input")
+    logits_shape = (*input.shape[:-1], num_classes, *out_features)
+    if tuple(jnp.shape(target)) == logits_shape and ignore_index is not None:
+        raise ValueError("linear_cross_entropy: ignore_index cannot be specified when target "
+                         "contains probabilities")
+    rows = math.prod(out_features, start=num_classes)
+    bias = None if linear_bias is None else linear_bias.reshape(rows)
+    logits = linear(input, linear_weight.reshape(rows, -1), bias).reshape(logits_shape)
+    return cross_entropy(logits, target, weight, ignore_index=-100 if ignore_index is None
+                         else ignore_index, reduction=reduction, label_smoothing=label_smoothing)
 
 
 class _Loss(Module):
@@ -26,13 +218,13 @@ class _Loss(Module):
 class MSELoss(_Loss):
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.mse_loss(input, target, reduction=self.reduction)
+        return mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.l1_loss(input, target, reduction=self.reduction)
+        return l1_loss(input, target, reduction=self.reduction)
 
 
 class _WeightedLoss(_Loss):
@@ -51,7 +243,7 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+        return nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
                           reduction=self.reduction)
 
 
@@ -65,7 +257,7 @@ class CrossEntropyLoss(_WeightedLoss):
     def forward(self, input, target):
         if input.ndim == 0:
             raise self._input_error("input of rank", "1 or more", "a scalar")
-        return F.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+        return cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
                                reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
@@ -76,7 +268,7 @@ class SmoothL1Loss(_Loss):
 
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+        return smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
 class HuberLoss(_Loss):
@@ -86,13 +278,13 @@ class HuberLoss(_Loss):
 
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+        return huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
 class BCELoss(_WeightedLoss):
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+        return binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
@@ -104,7 +296,7 @@ class BCEWithLogitsLoss(_WeightedLoss):
 
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.binary_cross_entropy_with_logits(input, target, self.weight,
+        return binary_cross_entropy_with_logits(input, target, self.weight,
                                                   reduction=self.reduction,
                                                   pos_weight=self.pos_weight)
 
@@ -120,7 +312,7 @@ class KLDivLoss(_Loss):
 
     def forward(self, input, target):
         self._check_same_shape(input, target)
-        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+        return kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 class CTCLoss(_Loss):
@@ -134,7 +326,7 @@ class CTCLoss(_Loss):
         self._check_input(log_probs, (2, 3))
         if targets.ndim not in (1, 2):
             raise self._input_error("targets of rank", "1-d or 2-d", f"shape {tuple(targets.shape)}")
-        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+        return ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
                           self.reduction, self.zero_infinity)
 
     def extra_repr(self):
@@ -146,12 +338,12 @@ class MultiLabelMarginLoss(_Loss):
         self._check_input(input, (1, 2))
         if tuple(target.shape) != tuple(input.shape):
             raise self._input_error("target of shape", tuple(input.shape), tuple(target.shape))
-        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+        return multilabel_margin_loss(input, target, reduction=self.reduction)
 
 
 class TripletMarginWithDistanceLoss(_Loss):
     """Triplet loss with any distance (a callable of two arrays, e.g. a jaxdl function or module;
-    None is F.pairwise_distance)."""
+    None is pairwise_distance)."""
 
     def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
                  reduction: str = "mean"):
@@ -166,7 +358,7 @@ class TripletMarginWithDistanceLoss(_Loss):
             if x.ndim != anchor.ndim:
                 raise self._input_error(f"{name} of the anchor's rank", anchor.ndim,
                                         f"shape {tuple(x.shape)} (anchor {tuple(anchor.shape)})")
-        return F.triplet_margin_with_distance_loss(
+        return triplet_margin_with_distance_loss(
             anchor, positive, negative, distance_function=self.distance_function,
             margin=self.margin, swap=self.swap, reduction=self.reduction)
 

@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 
-REDUCTIONS = ("none", "mean", "sum")
+from jaxdl.ops._dispatch import REDUCTIONS  # noqa: F401 (re-exported to the losses)
 
 
 def reduce_loss(loss, reduction: str):

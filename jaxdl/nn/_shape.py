@@ -1,8 +1,37 @@
-"""Flatten and Unflatten."""
+"""Flatten and Unflatten; pixel and channel shuffles."""
 
 import math
 
+import jax.numpy as jnp
+
 from jaxdl._module import Module
+
+
+def pixel_shuffle(input, upscale_factor: int):
+    """(*, C r^2, H, W) -> (*, C, H r, W r)."""
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = jnp.moveaxis(x, (-4, -3), (-3, -1))  # (*, C, H, r, W, r)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor: int):
+    """(*, C, H r, W r) -> (*, C r^2, H, W), the inverse of pixel_shuffle."""
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = jnp.moveaxis(x, (-3, -1), (-4, -3))  # (*, C, r, r, H, W)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def channel_shuffle(input, groups: int):
+    n, c, *rest = input.shape
+    return jnp.swapaxes(input.reshape(n, groups, c // groups, *rest), 1, 2).reshape(input.shape)
+
+
+# torch's kernel-level name for the same permutation
+native_channel_shuffle = channel_shuffle
 
 
 class Flatten(Module):

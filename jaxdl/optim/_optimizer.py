@@ -21,6 +21,7 @@ import numpy as np
 from jaxdl._gradients import Gradients
 from jaxdl._module import Module, Parameters, to_numpy
 from jaxdl._store import STATE, Stateful, join
+from jaxdl._tracing import is_traced
 
 # Options that always live in array slots (traced, changeable without recompiling).
 DYNAMIC_OPTIONS = ("lr",)
@@ -28,12 +29,8 @@ DYNAMIC_OPTIONS = ("lr",)
 INERT_DEFAULTS = dict(foreach=None, capturable=False, differentiable=False, fused=None)
 
 
-def _is_tracer(value) -> bool:
-    return isinstance(value, jax.core.Tracer)
-
-
 def _check_lr(lr):
-    if _is_tracer(lr):
+    if is_traced(lr):
         return
     if isinstance(lr, bool) or not isinstance(lr, int | float | np.floating | np.integer | jax.Array):
         raise ValueError(f"Invalid learning rate: lr={lr!r} (must be a number)")
@@ -41,23 +38,23 @@ def _check_lr(lr):
         raise ValueError(f"Invalid learning rate: lr={lr} (must be finite and >= 0)")
 
 
-def power(base, t):
-    """base ** t for a float32 step count `t`, accurate for bases near 1.
+def _log(base):
+    """log(base), in double precision for a Python `base` (a compile-time option): float32(0.999)
+    is 1.3e-5 off in `1 - base`, which PyTorch's double-precision bias corrections and
+    schedules do not see."""
+    if isinstance(base, float | int):
+        return math.log(base) if base > 0 else -math.inf
+    return jnp.log(base)
 
-    A Python `base` (a compile-time option) keeps double precision through its
-    logarithm: float32(0.999) is 1.3e-5 off in `1 - base`, which PyTorch's
-    double-precision bias corrections do not see.
-    """
-    log_base = (math.log(base) if base > 0 else -math.inf) if isinstance(base, float | int) \
-        else jnp.log(base)
-    return jnp.exp(t * log_base)
+
+def power(base, t):
+    """base ** t for a float32 step count `t`, accurate for bases near 1."""
+    return jnp.exp(t * _log(base))
 
 
 def one_minus_power(base, t):
     """1 - base ** t (bias corrections), without cancellation."""
-    log_base = (math.log(base) if base > 0 else -math.inf) if isinstance(base, float | int) \
-        else jnp.log(base)
-    return -jnp.expm1(t * log_base)
+    return -jnp.expm1(t * _log(base))
 
 
 class ParamGroup(MutableMapping):
@@ -103,8 +100,8 @@ class ParamGroup(MutableMapping):
         if key in self._dynamic:
             value = self._optimizer._store.read(self._dynamic[key])
             if value.ndim:  # a tuple option such as betas
-                return tuple(value) if _is_tracer(value) else _shown(self._written[key], value)
-            if _is_tracer(value):
+                return tuple(value) if is_traced(value) else _shown(self._written[key], value)
+            if is_traced(value):
                 return value
             return _shown(self._written[key], value)
         return self._static[key]
@@ -117,7 +114,7 @@ class ParamGroup(MutableMapping):
             if key == "lr":
                 _check_lr(value)
             store.write(self._dynamic[key], _as_slot(value))
-            concrete = not any(_is_tracer(v) for v in jax.tree.leaves(value))
+            concrete = not any(is_traced(v) for v in jax.tree.leaves(value))
             if concrete:
                 self._written[key] = value
         else:

@@ -48,20 +48,36 @@ class FailingDataset(data.Dataset):
         raise ValueError(f"cannot read sample {i}")
 
 
-class RaggedDataset(data.Dataset):
-    def __len__(self):
-        return 6
-
-    def __getitem__(self, i):
-        return np.zeros(3 if i != 4 else 5, np.float32)
-
-
 class Stream(data.IterableDataset):
     def __init__(self, n):
         self.n = n
 
     def __iter__(self):
         return iter(np.arange(self.n, dtype=np.int32))
+
+
+# ---- batches handed to jax without a copy ----------------------------------------------------
+def image_dataset(n):
+    """Sample i is a (3, 64, 64) image filled with i and label i: a batch of 4 images is
+    192 KiB, enough that workers send it through shared memory rather than pickled."""
+    return data.TensorDataset(np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None],
+                                              (n, 3, 64, 64)).copy(), np.arange(n, dtype=np.int32))
+
+
+def _record_allocations(monkeypatch, allocator, describe):
+    """Wrap the loader's `allocator` so that `describe(array)` of each array it makes is kept
+    in the returned list."""
+    from jaxdl.data import _loader
+
+    seen, real = [], getattr(_loader, allocator)
+
+    def recording(shape, dtype):
+        out = real(shape, dtype)
+        seen.append(describe(out))
+        return out
+
+    monkeypatch.setattr(_loader, allocator, recording)
+    return seen
 
 
 # ---- order, coverage, length ---------------------------------------------------------------
@@ -247,14 +263,6 @@ def test_prefetch_onto_a_sharding_and_a_device():
     assert x.devices() == {device}
 
 
-# ---- batches handed to jax without a copy ----------------------------------------------------
-def image_dataset(n):
-    """Sample i is a (3, 64, 64) image filled with i and label i: a batch of 4 images is
-    192 KiB, enough that workers send it through shared memory rather than pickled."""
-    return data.TensorDataset(np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None],
-                                              (n, 3, 64, 64)).copy(), np.arange(n, dtype=np.int32))
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_batches_stay_intact_while_later_batches_are_made(num_workers):
     loader = data.DataLoader(image_dataset(24), batch_size=4, shuffle=True, seed=5,
@@ -269,22 +277,6 @@ def test_batches_stay_intact_while_later_batches_are_made(num_workers):
             labels[:, None, None, None].astype(np.float32), (4, 3, 64, 64)))
     pointers = [x.unsafe_buffer_pointer() for x, _ in kept]
     assert len(set(pointers)) == len(pointers)  # no two live batches share memory
-
-
-def _record_allocations(monkeypatch, allocator, describe):
-    """Wrap the loader's `allocator` so that `describe(array)` of each array it makes is kept
-    in the returned list."""
-    from jaxdl.data import _loader
-
-    seen, real = [], getattr(_loader, allocator)
-
-    def recording(shape, dtype):
-        out = real(shape, dtype)
-        seen.append(describe(out))
-        return out
-
-    monkeypatch.setattr(_loader, allocator, recording)
-    return seen
 
 
 def test_main_process_batches_are_adopted_by_jax_without_a_copy(monkeypatch):
@@ -325,41 +317,6 @@ def test_a_batch_that_fails_to_collate_leaves_no_shared_memory_behind(monkeypatc
     assert not os.path.exists(f"/dev/shm/{names[0].lstrip('/')}")
 
 
-def test_default_collate_gives_the_dtype_and_values_of_np_stack():
-    cases = [[1, 2], [1.5, 2.0], [True, False], [1 + 2j, 3j], [np.int32(1), np.int32(2)],
-             [np.float16(1), np.float16(2)], [1, 2.5], [np.int32(1), 2.5], [1, 2**63],
-             [np.zeros(3, np.float32), np.ones(3, np.float64)],  # promoted
-             [np.array(["a", "b"]), np.array(["xyz", "z"])],  # widest string kept
-             [np.zeros((0, 3)), np.zeros((0, 3))], [np.zeros((2, 0)), np.ones((2, 0))],
-             [np.arange(6).reshape(2, 3), np.arange(6, 12).reshape(2, 3)]]
-    for samples in cases:
-        expected = np.stack([np.asarray(s) for s in samples])
-        ours = data.default_collate(samples)
-        assert ours.dtype == expected.dtype, samples
-        np.testing.assert_array_equal(ours, expected)
-
-
-# ---- collate and bad input -------------------------------------------------------------------
-def test_default_collate_matches_torch_on_nested_samples():
-    torch = pytest.importorskip("torch")
-    from torch.utils.data import default_collate as torch_collate
-
-    samples = [{"image": np.full((2, 2), i, np.float32), "pair": (i, np.float32(i) / 2)}
-               for i in range(3)]
-    ours, theirs = data.default_collate(samples), torch_collate(samples)
-    np.testing.assert_array_equal(ours["image"], theirs["image"].numpy())
-    for a, b in zip(ours["pair"], theirs["pair"]):
-        np.testing.assert_array_equal(a, b.numpy())
-    del torch
-
-
-def test_inconsistent_shapes_name_the_sample_index_and_both_shapes():
-    loader = data.DataLoader(RaggedDataset(), batch_size=3)
-    with pytest.raises(ValueError, match=r"dataset index 4 has shape \(5,\) but sample at "
-                                         r"dataset index 3 has shape \(3,\)"):
-        list(loader)
-
-
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="batch_size"):
         data.DataLoader(index_dataset(4), batch_size=0)
@@ -378,53 +335,3 @@ def test_iterable_dataset_batches_in_order_and_resumes():
     resumed = data.DataLoader(Stream(10), batch_size=4, drop_last=True)
     resumed.load_state_dict({**state, "drop_last": 1})
     assert [np.asarray(b).tolist() for b in resumed] == [[4, 5, 6, 7]]
-
-
-# ---- datasets --------------------------------------------------------------------------------
-def test_subset_concat_and_random_split_match_torch():
-    torch = pytest.importorskip("torch")
-    from torch.utils.data import ConcatDataset as TorchConcat
-
-    a, b = index_dataset(5), index_dataset(3)
-    ours, theirs = data.ConcatDataset([a, b]), TorchConcat([a, b])
-    assert len(ours) == len(theirs) == 8
-    for i in range(-8, 8):
-        assert ours[i][1] == theirs[i][1]
-    parts = data.random_split(index_dataset(10), [0.7, 0.3], generator=0)
-    assert [len(p) for p in parts] == [7, 3]
-    order = np.random.default_rng(0).permutation(10)
-    assert [parts[0][i][1] for i in range(7)] == order[:7].tolist()
-    assert data.Subset(index_dataset(10), [9, 2])[1][1] == 2
-    del torch
-
-
-def test_digits_is_sklearns_set_scaled_and_split_80_20():
-    from sklearn.datasets import load_digits
-
-    raw = load_digits()
-    train, test = data.datasets.digits("train"), data.datasets.digits("test")
-    assert (len(train), len(test)) == (1438, 359)
-    x, y = train[0]
-    assert x.shape == (1, 8, 8) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
-    # Every image, times 16, is one of sklearn's with its label; the splits are disjoint.
-    keys = {raw.images[i].astype(np.float32).tobytes(): raw.target[i] for i in range(1797)}
-    seen = []
-    for split in (train, test):
-        images, labels = split.tensors
-        for image, label in zip(images, labels):
-            assert keys[(image[0] * 16).tobytes()] == label
-        seen.extend(image.tobytes() for image in images)
-    assert len(set(seen)) == len(keys)
-    np.testing.assert_array_equal(data.datasets.digits("test").tensors[1], test.tensors[1])
-    with pytest.raises(ValueError, match="'valid'"):
-        data.datasets.digits("valid")
-
-
-def test_synthetic_datasets():
-    images = data.datasets.synthetic_images(16, image_size=32)
-    x, y = images[3]
-    assert x.shape == (3, 32, 32) and x.dtype == np.uint8 and 0 <= y < 10
-    tokens = data.datasets.synthetic_tokens(4, seq_len=6, vocab_size=50)
-    inputs, targets = tokens[2]
-    np.testing.assert_array_equal(inputs[1:], targets[:-1])
-    np.testing.assert_array_equal(tokens[2][0], inputs)  # reproducible per index

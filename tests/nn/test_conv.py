@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as TF
+from functional_oracle import check_functional
 from torch_twin import assert_close, check_twin, pair, rand
 
 import jaxdl.nn.functional as F
@@ -25,6 +27,13 @@ CONV2D = [  # (in, out, kernel, options), odd sizes and strides that do not divi
     (2, 4, 4, {"padding": "same", "padding_mode": "reflect"}),
     (8, 4, 3, {"stride": 2, "padding": 1}),
 ]
+
+
+@pytest.fixture
+def xla_transposed_convolutions(monkeypatch):
+    """Transposed convolutions as XLA convolutions of a dilated input, the formulation used
+    off CPU (on CPU they are matrix products, `_conv_cpu`)."""
+    monkeypatch.setattr(conv_module, "_on_cpu", lambda groups: False)
 
 
 @pytest.mark.parametrize("cin,cout,k,opts", CONV2D)
@@ -68,13 +77,6 @@ def test_conv_transpose3d_matches_torch(rng):
     t, j = pair("ConvTranspose3d", 2, 3, (2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1),
                 output_padding=(0, 1, 0))
     check_twin(t, j, [rand(rng, 1, 2, 3, 4, 3)], modes=("train",))
-
-
-@pytest.fixture
-def xla_transposed_convolutions(monkeypatch):
-    """Transposed convolutions as XLA convolutions of a dilated input, the formulation used
-    off CPU (on CPU they are matrix products, `_conv_cpu`)."""
-    monkeypatch.setattr(conv_module, "_on_cpu", lambda groups: False)
 
 
 @pytest.mark.parametrize("args,opts", [
@@ -134,3 +136,9 @@ def test_bad_input_names_module_and_shapes(rng):
         nn.Conv2d(3, 4, 3, padding_mode="mirror")
     with pytest.raises(NotImplementedError, match="mode='bogus'"):
         F.pad(rand(rng, 2, 3), (1, 1), mode="bogus")
+
+
+@pytest.mark.parametrize("pad", [0, 2])
+def test_conv_tbc(pad, rng):
+    x, w, b = rand(rng, 9, 2, 3), rand(rng, 3, 3, 4), rand(rng, 4)
+    check_functional(F.conv_tbc, TF.conv_tbc, [x, w, b], [pad])

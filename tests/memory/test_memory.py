@@ -38,6 +38,27 @@ def _assert_same_grads(actual, expected, what, tol=1e-6):
         assert err <= tol, f"{what}: gradient of {name} differs by {err:.3g}"
 
 
+# Small versions of the paper's networks: (builder, kwargs, input size).
+SMALL = [("alexnet", dict(width=0.125), 64), ("overfeat", dict(width=0.0625), 79),
+         ("vgg11", dict(width=0.0625), 32), ("googlenet", dict(width=0.125), 32)]
+
+
+def _conv_input_bytes(name, size, batch):
+    """Bytes of every distinct conv input in the torch twin (meta tensors: nothing computed)."""
+    with torch.device("meta"):
+        twin = models.model_entry(name).torch_twin()
+        inputs = {}
+
+        def record(name, args):
+            inputs.setdefault(id(args[0]), (name, args[0]))
+
+        for module_name, module in twin.named_modules():
+            if isinstance(module, torch.nn.Conv2d):
+                module.register_forward_pre_hook(lambda m, args, n=module_name: record(n, args))
+        twin(torch.empty(batch, 3, size, size))
+    return {n: t.numel() * t.element_size() for n, t in inputs.values()}
+
+
 def test_unknown_policy_lists_valid_ones():
     with pytest.raises(ValueError, match="'fast'.*'none', 'all', 'conv', 'remat', 'dyn'"):
         dl.memory.offload(_bn_convnet(nn), "fast")
@@ -86,11 +107,6 @@ def test_bn_convnet_gradients_under_every_policy_match_torch_and_each_other(rng)
     _assert_same_grads(eager, results["none"], "eager 'all'", tol=1e-5)
 
 
-# Small versions of the paper's networks: (builder, kwargs, input size).
-SMALL = [("alexnet", dict(width=0.125), 64), ("overfeat", dict(width=0.0625), 79),
-         ("vgg11", dict(width=0.0625), 32), ("googlenet", dict(width=0.125), 32)]
-
-
 @pytest.mark.parametrize("name,kwargs,size", SMALL)
 def test_reference_models_gradients_equal_under_every_policy(name, kwargs, size, rng):
     """Eval mode: train-mode BatchNorm over 4 samples at GoogLeNet's 1x1 last blocks amplifies
@@ -111,22 +127,6 @@ def test_reference_models_gradients_equal_under_every_policy(name, kwargs, size,
         step = jax.jit(jax.grad(traced.loss), compiler_options={"xla_backend_optimization_level": 0})
         results[policy] = dict(enumerate(step(train, other, [x, y])))
         _assert_same_grads(results[policy], results["none"], f"{name} {policy}")
-
-
-def _conv_input_bytes(name, size, batch):
-    """Bytes of every distinct conv input in the torch twin (meta tensors: nothing computed)."""
-    with torch.device("meta"):
-        twin = models.model_entry(name).torch_twin()
-        inputs = {}
-
-        def record(name, args):
-            inputs.setdefault(id(args[0]), (name, args[0]))
-
-        for module_name, module in twin.named_modules():
-            if isinstance(module, torch.nn.Conv2d):
-                module.register_forward_pre_hook(lambda m, args, n=module_name: record(n, args))
-        twin(torch.empty(batch, 3, size, size))
-    return {n: t.numel() * t.element_size() for n, t in inputs.values()}
 
 
 @pytest.mark.parametrize("name,size,cut", [("alexnet", 227, 0.89), ("overfeat", 231, 0.91),

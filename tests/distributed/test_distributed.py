@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import dist_worker
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,10 +15,8 @@ import jaxdl as dl
 from jaxdl import nn, optim
 from jaxdl.distributed import data_parallel, fully_shard
 
-sys.path.insert(0, str(Path(__file__).parent))
-import dist_worker  # noqa: E402
-
-WORKER = Path(__file__).parent / "dist_worker.py"
+WORKER = Path(dist_worker.__file__)
+REPO = Path(__file__).parents[2]
 
 
 def _bn_mlp():
@@ -54,6 +53,22 @@ def _assert_same_training(got, want):
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     for key, value in want[2].items():
         np.testing.assert_allclose(got[2][key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def _launch(tmp_path, *args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "jaxdl.distributed.launch", "--nproc", "2", str(WORKER), *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def _init_in_subprocess(env_vars, timeout=60):
+    code = "import jaxdl as dl; dl.distributed.init(timeout_s=3)"
+    env = dict(os.environ, PYTHONPATH=str(REPO), **env_vars)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("make,shape", [(_bn_mlp, (6,)), (_cnn, (1, 8, 8))], ids=["syncbn-mlp", "cnn"])
@@ -112,15 +127,6 @@ def test_indivisible_global_batch_names_both_numbers():
         data_parallel(dist_worker.train_step)(model, opt, jnp.ones((10, 6)), jnp.zeros(10, jnp.int32))
 
 
-def _launch(tmp_path, *args, timeout=240):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
-    env.pop("XLA_FLAGS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "jaxdl.distributed.launch", "--nproc", "2", str(WORKER), *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )
-
-
 def test_launcher_two_processes_equal_single_process_run(tmp_path):
     out = tmp_path / "result.npz"
     result = _launch(tmp_path, str(out))
@@ -147,13 +153,6 @@ def test_launcher_failing_rank_stops_everyone_promptly(tmp_path):
     assert "[rank 1] RuntimeError: rank 1 fails on purpose" in result.stdout
     leftover = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
-
-
-def _init_in_subprocess(env_vars, timeout=60):
-    code = "import jaxdl as dl; dl.distributed.init(timeout_s=3)"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]), **env_vars)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def test_init_rejects_rank_outside_world_size():

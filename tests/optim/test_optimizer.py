@@ -12,6 +12,7 @@ from jaxdl import nn, optim
 
 STEPS = 200
 
+
 # (name, options): every option that changes the math, alone or combined.
 CASES = [
     ("SGD", dict(lr=0.05)),
@@ -96,6 +97,20 @@ def assert_params_close(model, twin, rtol=1e-5, atol=1e-6):
                                    err_msg=name)
 
 
+def lion_reference(params, grads, exp_avgs, lr, b1, b2, wd):
+    """The Lion paper's Algorithm 2 (decoupled weight decay), in torch."""
+    for p, g, m in zip(params, grads, exp_avgs):
+        update = torch.sign(b1 * m + (1 - b1) * g)
+        p.mul_(1 - lr * wd).add_(update, alpha=-lr)
+        m.mul_(b2).add_(g, alpha=1 - b2)
+
+
+def _torch_step(twin, topt, x, y):
+    topt.zero_grad()
+    torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
+    topt.step()
+
+
 @pytest.mark.parametrize("name,options", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
 def test_trajectory_matches_torch(name, options):
     model, twin = make_pair()
@@ -131,14 +146,6 @@ def test_parameters_skipping_steps_keep_their_own_step_counts(name):
     ours = opt.state_dict()["state"]
     theirs = topt.state_dict()["state"]
     assert [float(ours[i]["step"]) for i in range(4)] == [float(theirs[i]["step"]) for i in range(4)]
-
-
-def lion_reference(params, grads, exp_avgs, lr, b1, b2, wd):
-    """The Lion paper's Algorithm 2 (decoupled weight decay), in torch."""
-    for p, g, m in zip(params, grads, exp_avgs):
-        update = torch.sign(b1 * m + (1 - b1) * g)
-        p.mul_(1 - lr * wd).add_(update, alpha=-lr)
-        m.mul_(b2).add_(g, alpha=1 - b2)
 
 
 @pytest.mark.parametrize("wd", [0.0, 0.1])
@@ -316,8 +323,6 @@ def test_parameters_to_vector_and_back():
         nn.utils.vector_to_parameters(vec[:5], model.parameters())
 
 
-# ---- step(closure) -----------------------------------------------------------------------------
-
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("name,options", [("SGD", dict(lr=0.05, momentum=0.9)), ("Adam", dict(lr=1e-2))])
 def test_step_with_closure_matches_torch(name, options, jit):
@@ -357,14 +362,6 @@ def test_step_closure_in_the_torch_form_explains_the_jaxdl_form():
     with pytest.raises(TypeError, match="not both"):
         opt.step(grads, closure=lambda: (0.0, grads))
     assert opt.step(closure=lambda: (1.5, grads)) == 1.5
-
-
-# ---- add_param_group ---------------------------------------------------------------------------
-
-def _torch_step(twin, topt, x, y):
-    topt.zero_grad()
-    torch.mean((twin(torch.tensor(x)) - torch.tensor(y)) ** 2).backward()
-    topt.step()
 
 
 @pytest.mark.parametrize("name,options,added", [

@@ -18,10 +18,20 @@ from jaxdl.ops._dispatch import Backend
 from jaxdl.ops._pallas_core import Blocks
 
 XLA = Backend("xla")
+
+
 PALLAS = Backend("pallas", interpret=True)  # the GPU heuristic's blocks
+
+
 PALLAS_TILED = Backend("pallas", interpret=True, blocks=Blocks(2, 128))  # loops over tiles
+
+
 PALLAS_SPLIT = Backend("pallas", interpret=True, blocks=Blocks(2, 128, splits=3))  # merges
+
+
 ALL = [XLA, PALLAS, PALLAS_TILED, PALLAS_SPLIT]
+
+
 IDS = ["xla", "pallas", "pallas_tiled", "pallas_split"]
 
 
@@ -40,7 +50,79 @@ def _check_family(x, impl, axis=-1, tol=2e-6):
     _close(ops.logsumexp(x, axis, impl=impl), jax.nn.logsumexp(x, axis=axis), tol * 4)
 
 
-# ---- values ---------------------------------------------------------------------------------
+def _far_from_seed_rows(rng, n):
+    """Rows that defeat the XLA path's one-pass shift (a lower bound of the row max read
+    from the first columns and, for cross-entropy, the label's logit) and make it fall
+    back to the exact max-shifted passes."""
+    x = np.array(_normal(rng, (6, n)))
+    x[0, -1] = 300.0  # exp(x - seed) overflows float32
+    x[1, :16] = -np.inf  # the seed is -inf
+    x[2, :] = -np.inf
+    x[3, n // 2] = np.nan
+    x[4, -1] = 80.0  # exp(x - seed) is finite but huge: no fallback needed
+    return jnp.asarray(x)
+
+
+def _torch_ce(logits, labels, **kwargs):
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(np.asarray(logits, np.float32), requires_grad=True)
+    loss = torch.nn.functional.cross_entropy(t, torch.tensor(np.asarray(labels, np.int64)), **kwargs)
+    loss.sum().backward()
+    return loss.detach().numpy(), t.grad.numpy()
+
+
+CE_CASES = [(XLA, r, s) for r in ("mean", "sum", "none") for s in (0.0, 0.1)] + [
+    (PALLAS, "none", 0.0), (PALLAS_TILED, "sum", 0.1), (PALLAS_SPLIT, "mean", 0.1)
+]
+
+
+def _losses(k=3):
+    weights = jnp.linspace(-1.0, 1.0, 300)
+    top_weights = jnp.arange(1.0, k + 1) * (-1.0) ** jnp.arange(k)  # cotangents of both signs
+    return {
+        "softmax": lambda x, impl: jnp.sum(ops.softmax(x, impl=impl) * weights),
+        "log_softmax": lambda x, impl: jnp.sum(ops.log_softmax(x, impl=impl) * weights),
+        "logsumexp": lambda x, impl: jnp.sum(ops.logsumexp(x, impl=impl) ** 2),
+        "softmax_topk": lambda x, impl: jnp.sum(ops.softmax_topk(x, k, impl=impl)[0]
+                                                * top_weights),
+    }
+
+
+def _reference_losses(k=3):
+    weights = jnp.linspace(-1.0, 1.0, 300)
+    top_weights = jnp.arange(1.0, k + 1) * (-1.0) ** jnp.arange(k)
+    return {
+        "softmax": lambda x: jnp.sum(jax.nn.softmax(x) * weights),
+        "log_softmax": lambda x: jnp.sum(jax.nn.log_softmax(x) * weights),
+        "logsumexp": lambda x: jnp.sum(jax.nn.logsumexp(x, axis=-1) ** 2),
+        "softmax_topk": lambda x: jnp.sum(lax.top_k(jax.nn.softmax(x), k)[0]
+                                          * top_weights),
+    }
+
+
+OPS = ["softmax", "log_softmax", "logsumexp", "softmax_topk"]
+
+
+def _losses_of_every_op(x, labels, impl):
+    return [
+        jnp.sum(ops.softmax(x, impl=impl) ** 2),
+        jnp.sum(ops.log_softmax(x, impl=impl) ** 2),
+        jnp.sum(ops.logsumexp(x, impl=impl) ** 2),
+        jnp.sum(ops.softmax_topk(x, 5, impl=impl)[0] ** 2),
+        jnp.sum(ops.softmax_topk(x, 64, impl=impl)[0] ** 2),
+        ops.cross_entropy(x, labels, label_smoothing=0.1, impl=impl),
+    ]
+
+
+LOWERING_CASES = [  # (rows, n, dtype, blocks): which launch shape each one takes
+    (4000, 64, jnp.float32, None),  # many short rows per program, fused
+    (4000, 1000, jnp.bfloat16, None),  # one row per program in one tile, fused
+    (1024, 65537, jnp.float32, None),  # many long rows: fused, looping over tiles
+    (64, 65537, jnp.float16, None),  # few long rows: split, merged, then emitted
+    (1, 2**20 + 3, jnp.float32, None),  # one huge row: split
+    (5, 1000, jnp.float32, Blocks(2, 128)),
+    (5, 1000, jnp.float32, Blocks(2, 128, splits=3)),
+]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 127, 129, 1000, 4097, 65537])
@@ -119,19 +201,6 @@ def test_large_magnitudes(rng, impl):
     _check_family(x, impl, tol=1e-5)
 
 
-def _far_from_seed_rows(rng, n):
-    """Rows that defeat the XLA path's one-pass shift (a lower bound of the row max read
-    from the first columns and, for cross-entropy, the label's logit) and make it fall
-    back to the exact max-shifted passes."""
-    x = np.array(_normal(rng, (6, n)))
-    x[0, -1] = 300.0  # exp(x - seed) overflows float32
-    x[1, :16] = -np.inf  # the seed is -inf
-    x[2, :] = -np.inf
-    x[3, n // 2] = np.nan
-    x[4, -1] = 80.0  # exp(x - seed) is finite but huge: no fallback needed
-    return jnp.asarray(x)
-
-
 @pytest.mark.parametrize("n", [300, 9000])  # 9000: softmax takes its one-pass path too
 def test_xla_one_pass_shift_falls_back_exactly(rng, n):
     x = _far_from_seed_rows(rng, n)
@@ -155,9 +224,6 @@ def test_xla_one_pass_under_vmap_and_jit(rng):
     labels = jnp.asarray([0, 300, 2, 1, 7, 9])
     loss = jax.jit(lambda x, y: ops.cross_entropy(x, y, reduction="none", impl=XLA))(x[0], labels)
     _close(loss, optax.softmax_cross_entropy_with_integer_labels(x[0], labels), 1e-5)
-
-
-# ---- softmax + top-k ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -190,22 +256,6 @@ def test_softmax_topk_bad_k(rng):
     for k in (0, 8, 2.0):
         with pytest.raises(ValueError, match=rf"k={k!r}, n=7"):
             ops.softmax_topk(x, k)
-
-
-# ---- cross-entropy --------------------------------------------------------------------------
-
-
-def _torch_ce(logits, labels, **kwargs):
-    torch = pytest.importorskip("torch")
-    t = torch.tensor(np.asarray(logits, np.float32), requires_grad=True)
-    loss = torch.nn.functional.cross_entropy(t, torch.tensor(np.asarray(labels, np.int64)), **kwargs)
-    loss.sum().backward()
-    return loss.detach().numpy(), t.grad.numpy()
-
-
-CE_CASES = [(XLA, r, s) for r in ("mean", "sum", "none") for s in (0.0, 0.1)] + [
-    (PALLAS, "none", 0.0), (PALLAS_TILED, "sum", 0.1), (PALLAS_SPLIT, "mean", 0.1)
-]
 
 
 @pytest.mark.parametrize("impl,reduction,smoothing", CE_CASES)
@@ -262,36 +312,6 @@ def test_auto_is_xla_on_cpu():
     assert resolve("pallas") == PALLAS
 
 
-# ---- gradients ------------------------------------------------------------------------------
-
-
-def _losses(k=3):
-    weights = jnp.linspace(-1.0, 1.0, 300)
-    top_weights = jnp.arange(1.0, k + 1) * (-1.0) ** jnp.arange(k)  # cotangents of both signs
-    return {
-        "softmax": lambda x, impl: jnp.sum(ops.softmax(x, impl=impl) * weights),
-        "log_softmax": lambda x, impl: jnp.sum(ops.log_softmax(x, impl=impl) * weights),
-        "logsumexp": lambda x, impl: jnp.sum(ops.logsumexp(x, impl=impl) ** 2),
-        "softmax_topk": lambda x, impl: jnp.sum(ops.softmax_topk(x, k, impl=impl)[0]
-                                                * top_weights),
-    }
-
-
-def _reference_losses(k=3):
-    weights = jnp.linspace(-1.0, 1.0, 300)
-    top_weights = jnp.arange(1.0, k + 1) * (-1.0) ** jnp.arange(k)
-    return {
-        "softmax": lambda x: jnp.sum(jax.nn.softmax(x) * weights),
-        "log_softmax": lambda x: jnp.sum(jax.nn.log_softmax(x) * weights),
-        "logsumexp": lambda x: jnp.sum(jax.nn.logsumexp(x, axis=-1) ** 2),
-        "softmax_topk": lambda x: jnp.sum(lax.top_k(jax.nn.softmax(x), k)[0]
-                                          * top_weights),
-    }
-
-
-OPS = ["softmax", "log_softmax", "logsumexp", "softmax_topk"]
-
-
 @pytest.mark.parametrize(
     "impl,op", [(XLA, op) for op in OPS] + [(PALLAS_SPLIT, op) for op in OPS]
     + [(PALLAS, "softmax"), (PALLAS, "log_softmax")]
@@ -309,31 +329,6 @@ def test_check_grads_numerically(rng, impl):
     for loss in _losses().values():
         check_grads(lambda x, loss=loss: loss(x, impl), (x,), order=1, modes=["rev"],
                     atol=2e-2, rtol=2e-2, eps=2e-3)
-
-
-# ---- cuda lowering of every kernel configuration ---------------------------------------------
-
-
-def _losses_of_every_op(x, labels, impl):
-    return [
-        jnp.sum(ops.softmax(x, impl=impl) ** 2),
-        jnp.sum(ops.log_softmax(x, impl=impl) ** 2),
-        jnp.sum(ops.logsumexp(x, impl=impl) ** 2),
-        jnp.sum(ops.softmax_topk(x, 5, impl=impl)[0] ** 2),
-        jnp.sum(ops.softmax_topk(x, 64, impl=impl)[0] ** 2),
-        ops.cross_entropy(x, labels, label_smoothing=0.1, impl=impl),
-    ]
-
-
-LOWERING_CASES = [  # (rows, n, dtype, blocks): which launch shape each one takes
-    (4000, 64, jnp.float32, None),  # many short rows per program, fused
-    (4000, 1000, jnp.bfloat16, None),  # one row per program in one tile, fused
-    (1024, 65537, jnp.float32, None),  # many long rows: fused, looping over tiles
-    (64, 65537, jnp.float16, None),  # few long rows: split, merged, then emitted
-    (1, 2**20 + 3, jnp.float32, None),  # one huge row: split
-    (5, 1000, jnp.float32, Blocks(2, 128)),
-    (5, 1000, jnp.float32, Blocks(2, 128, splits=3)),
-]
 
 
 @pytest.mark.parametrize("rows,n,dtype,blocks", LOWERING_CASES)
@@ -357,9 +352,6 @@ def test_cuda_lowering_enforces_power_of_two_blocks():
     x = jax.ShapeDtypeStruct((6, 1000), jnp.float32)
     with pytest.raises(ValueError, match="power of 2"):
         jax.jit(lambda x: ops.softmax(x, impl=impl)).trace(x).lower(lowering_platforms=("cuda",))
-
-
-# ---- the functional API routes through the ops ---------------------------------------------
 
 
 def test_functional_routes_supported_cases_through_ops(rng):

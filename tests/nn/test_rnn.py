@@ -14,6 +14,8 @@ from jaxdl import nn
 
 SEQ_CLASSES = {"RNN": (nn.RNN, torch.nn.RNN), "LSTM": (nn.LSTM, torch.nn.LSTM),
                "GRU": (nn.GRU, torch.nn.GRU)}
+
+
 CELL_CLASSES = {"RNNCell": (nn.RNNCell, torch.nn.RNNCell),
                 "LSTMCell": (nn.LSTMCell, torch.nn.LSTMCell),
                 "GRUCell": (nn.GRUCell, torch.nn.GRUCell)}
@@ -28,6 +30,26 @@ def _pair(kind, *args, **kwargs):
     ours, theirs = {**SEQ_CLASSES, **CELL_CLASSES}[kind]
     torch.manual_seed(0)
     return theirs(*args, **kwargs), ours(*args, **kwargs)
+
+
+class _StatefulLSTM(torch.nn.Module):
+    """Takes (x, h_0, c_0) as separate inputs, so the harness differentiates both states."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, h, c):
+        return self.inner(x, (h, c))
+
+
+class _JStatefulLSTM(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, h, c):
+        return self.inner(x, (h, c))
 
 
 @pytest.mark.parametrize("kind", list(SEQ_CLASSES))
@@ -165,26 +187,6 @@ def test_explicit_key_reproduces_weights():
     b = nn.GRU(3, 4, key=jax.random.key(1))
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         np.testing.assert_array_equal(x, y, err_msg=name)
-
-
-class _StatefulLSTM(torch.nn.Module):
-    """Takes (x, h_0, c_0) as separate inputs, so the harness differentiates both states."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x, h, c):
-        return self.inner(x, (h, c))
-
-
-class _JStatefulLSTM(nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x, h, c):
-        return self.inner(x, (h, c))
 
 
 @pytest.mark.parametrize("num_layers, bidirectional, batch_first, bias", [

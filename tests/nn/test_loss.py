@@ -1,10 +1,13 @@
-"""Losses against PyTorch: values and input gradients over their options."""
+"""Losses (functional forms and modules) against PyTorch."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from torch_twin import assert_close, rand
+import torch.nn.functional as TF
+from functional_oracle import check_functional
+from torch_twin import assert_close, check_twin, rand
 
 import jaxdl.nn.functional as F
 from jaxdl import nn
@@ -104,3 +107,37 @@ def test_loss_errors(rng):
     with pytest.raises(NotImplementedError, match="size_average"):
         nn.MSELoss(size_average=True)
     assert F.huber_loss(rand(rng, 2), rand(rng, 2)).shape == ()
+
+
+def test_loss_modules_match_torch():
+    rng = np.random.default_rng(6)
+    x, target = rand(rng, 2, 7), np.array([[6, 0, 3, -1, 1, 1, 1], [2, -1, 0, 0, 0, 0, 0]])
+    check_twin(torch.nn.MultiLabelMarginLoss(reduction="sum"), nn.MultiLabelMarginLoss(reduction="sum"),
+               [x, target], modes=("train",))
+    check_twin(torch.nn.TripletMarginWithDistanceLoss(margin=0.5),
+               nn.TripletMarginWithDistanceLoss(margin=0.5), [rand(rng, 3, 4) for _ in range(3)],
+               modes=("train",))
+    with pytest.raises(nn.ShapeError, match=r"MultiLabelMarginLoss\): expected target of shape"):
+        nn.MultiLabelMarginLoss()(x, target[0])
+    with pytest.raises(ValueError, match="margin must be greater than 0"):
+        nn.TripletMarginWithDistanceLoss(margin=0.0)
+    with pytest.raises(nn.ShapeError, match=r"expected negative of the anchor's rank 2"):
+        nn.TripletMarginWithDistanceLoss()(x, x, x[0])
+
+
+@pytest.mark.parametrize("case", ["indices", "unbatched", "probabilities", "k_dim"])
+def test_linear_cross_entropy(case, rng):
+    x, w, b = rand(rng, 5, 4), rand(rng, 3, 4), rand(rng, 3)
+    target = np.array([0, 2, 1, -100, 2])
+    kwargs = dict(label_smoothing=0.1, weight=jnp.asarray([1.0, 2.0, 0.5]))
+    if case == "unbatched":
+        x, target, kwargs = x[0], np.array(1), dict(reduction="sum")
+    elif case == "probabilities":
+        target, kwargs = np.asarray(jax.nn.softmax(rand(rng, 5, 3))), dict(reduction="none")
+    elif case == "k_dim":
+        w, b = rand(rng, 3, 2, 4), rand(rng, 3, 2)
+        target, kwargs = np.array([[0, 1], [2, 2], [1, 0], [0, 0], [2, 1]]), dict(ignore_index=0)
+    t_kwargs = {k: torch.tensor(np.asarray(v)) if k == "weight" else v for k, v in kwargs.items()}
+    check_functional(lambda x, w, b, t, **kw: F.linear_cross_entropy(x, w, t, linear_bias=b, **kw),
+                     lambda x, w, b, t, **kw: TF.linear_cross_entropy(x, w, t, linear_bias=b, **kw),
+                     [x, w, b], [target], kwargs, torch_kwargs=t_kwargs)

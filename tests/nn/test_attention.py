@@ -1,4 +1,4 @@
-"""scaled_dot_product_attention, MultiheadAttention and transformer layers against torch."""
+"""F.scaled_dot_product_attention and nn.MultiheadAttention against PyTorch."""
 
 import functools
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from torch_twin import assert_close, check_twin, rand
+from torch_twin import assert_close, bool_mask, check_twin, rand
 
 import jaxdl as dl
 import jaxdl.nn.functional as F
@@ -16,18 +16,6 @@ from jaxdl import nn
 
 # Without dropout, train and eval compute the same thing: one mode, compiled (faster than eager).
 twin = functools.partial(check_twin, modes=("train",), jit=True)
-
-
-def _bool_mask(rng, *shape, keep_one_axis=-1):
-    """Random bool mask with at least one False (attend) entry along `keep_one_axis`."""
-    mask = rng.random(shape) < 0.4
-    first = [slice(None)] * len(shape)
-    first[keep_one_axis] = 0
-    mask[tuple(first)] = False
-    return mask
-
-
-# ---- scaled_dot_product_attention ----------------------------------------------------------------
 
 
 class _SDPA(torch.nn.Module):
@@ -50,12 +38,23 @@ class _JSDPA(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, *mask, **self.kwargs)
 
 
+def _mha_pair(*args, **kwargs):
+    torch.manual_seed(0)
+    t = torch.nn.MultiheadAttention(*args, **kwargs)
+    j = nn.MultiheadAttention(*args, **kwargs)
+    assert list(j.state_dict()) == list(t.state_dict())
+    for name, value in j.state_dict().items():
+        assert value.shape == tuple(t.state_dict()[name].shape), name
+    j.load_state_dict(t.state_dict())
+    return t, j
+
+
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float", "causal", "scale"])
 def test_sdpa_matches_torch(mask_kind, rng):
     q, k, v = rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 7, 4), rand(rng, 2, 3, 7, 6)
     kwargs, masks = {}, []
     if mask_kind == "bool":  # True = may attend; row 1 fully masked -> zeros as in torch
-        mask = ~_bool_mask(rng, 5, 7)
+        mask = ~bool_mask(rng, 5, 7)
         mask[1] = False
         masks = [mask]
     elif mask_kind == "float":
@@ -91,20 +90,6 @@ def test_sdpa_dropout_needs_key_under_trace_and_scales_kept_weights(rng):
     np.testing.assert_allclose(np.asarray(dropped)[kept], 2 * np.asarray(dense)[kept], rtol=1e-5)
 
 
-# ---- MultiheadAttention ------------------------------------------------------------------
-
-
-def _mha_pair(*args, **kwargs):
-    torch.manual_seed(0)
-    t = torch.nn.MultiheadAttention(*args, **kwargs)
-    j = nn.MultiheadAttention(*args, **kwargs)
-    assert list(j.state_dict()) == list(t.state_dict())
-    for name, value in j.state_dict().items():
-        assert value.shape == tuple(t.state_dict()[name].shape), name
-    j.load_state_dict(t.state_dict())
-    return t, j
-
-
 @pytest.mark.parametrize("options", [
     {},
     {"batch_first": True, "bias": False},
@@ -125,8 +110,8 @@ def test_mha_matches_torch(options, need_weights, average, rng):
 @pytest.mark.parametrize("mask_dtype", ["bool", "float"])
 def test_mha_masks_match_torch(mask_dtype, rng):
     t, j = _mha_pair(8, 2, batch_first=True)
-    attn_mask = _bool_mask(rng, 4, 6)
-    padding = _bool_mask(rng, 3, 6)
+    attn_mask = bool_mask(rng, 4, 6)
+    padding = bool_mask(rng, 3, 6)
     if mask_dtype == "float":
         attn_mask, padding = rand(rng, 4, 6), np.where(padding, -np.inf, 0.0).astype(np.float32)
     per_head = np.repeat(attn_mask[None], 3 * 2, axis=0)  # the (N * heads, L, S) form
@@ -146,7 +131,7 @@ def test_mha_masks_match_torch(mask_dtype, rng):
 
 def test_mha_mask_gradients_and_unbatched(rng):
     t, j = _mha_pair(6, 3, add_bias_kv=True)
-    mask = _bool_mask(rng, 4, 4)
+    mask = bool_mask(rng, 4, 4)
 
     class Masked(torch.nn.Module):
         def __init__(self, inner):
@@ -219,108 +204,6 @@ def test_mha_bad_inputs_name_module():
         attn(x, x, x, is_causal=True)
     with pytest.raises(ValueError, match="divisible"):
         nn.MultiheadAttention(10, 3)
-
-
-# ---- transformer layers --------------------------------------------------------------------
-
-
-def _layer_pair(kind, *args, **kwargs):
-    torch.manual_seed(0)
-    t = getattr(torch.nn, kind)(*args, **kwargs)
-    j = getattr(nn, kind)(*args, **kwargs)
-    assert list(j.state_dict()) == list(t.state_dict())
-    return t, j
-
-
-@pytest.mark.parametrize("options", [
-    {},
-    {"norm_first": True, "activation": "gelu", "batch_first": True},
-    {"bias": False, "layer_norm_eps": 1e-3},
-])
-def test_encoder_layer_matches_torch(options, rng):
-    t, j = _layer_pair("TransformerEncoderLayer", 8, 2, dim_feedforward=16, dropout=0.0,
-                       **options)
-    shape = (2, 5, 8) if options.get("batch_first") else (5, 2, 8)
-    twin(t, j, [rand(rng, *shape)])
-
-
-def test_encoder_layer_eval_with_masks_and_callable_activation(rng):
-    t, j = _layer_pair("TransformerEncoderLayer", 8, 2, dim_feedforward=16, dropout=0.1,
-                       batch_first=True)
-    j.activation = F.silu  # a callable activation, set on both sides
-    t.activation = TF.silu
-    causal = np.triu(np.ones((5, 5), bool), 1)
-    padding = _bool_mask(rng, 3, 5)
-
-    class Masked(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x):
-            return self.inner(x, src_mask=torch.tensor(causal), is_causal=True,
-                              src_key_padding_mask=torch.tensor(padding))
-
-    class JMasked(nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x):
-            return self.inner(x, src_mask=causal, is_causal=True, src_key_padding_mask=padding)
-
-    check_twin(Masked(t), JMasked(j), [rand(rng, 3, 5, 8)], modes=("eval",), jit=True)
-
-
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_layer_matches_torch(norm_first, rng):
-    t, j = _layer_pair("TransformerDecoderLayer", 8, 2, dim_feedforward=12, dropout=0.0,
-                       norm_first=norm_first)
-    tgt_mask = rand(rng, 4, 4)  # float masks are differentiable inputs
-    twin(t, j, [rand(rng, 4, 2, 8), rand(rng, 6, 2, 8), tgt_mask])
-
-
-def test_encoder_stack_clones_weights_and_matches_torch(rng):
-    torch.manual_seed(0)
-    t_layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0,
-                                               batch_first=True)
-    t = torch.nn.TransformerEncoder(t_layer, 2, norm=torch.nn.LayerNorm(8),
-                                    enable_nested_tensor=False)
-    j_layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0,
-                                         batch_first=True)
-    j = nn.TransformerEncoder(j_layer, 2, norm=nn.LayerNorm(8))
-    assert list(j.state_dict()) == list(t.state_dict())
-    # like torch's deepcopy: every copy starts from the prototype's weights, independently
-    np.testing.assert_array_equal(j.layers[0].linear1.weight, j_layer.linear1.weight)
-    np.testing.assert_array_equal(j.layers[1].linear1.weight, j_layer.linear1.weight)
-    assert (j.layers[0].linear1._store is j.layers[1].linear1._store
-            and j.layers[0].linear1._slots["weight"] != j.layers[1].linear1._slots["weight"])
-    twin(t, j, [rand(rng, 2, 5, 8)])
-
-
-def test_decoder_stack_matches_torch(rng):
-    torch.manual_seed(0)
-    t = torch.nn.TransformerDecoder(
-        torch.nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0), 2)
-    j = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0), 2)
-    twin(t, j, [rand(rng, 3, 2, 8), rand(rng, 4, 2, 8)])
-
-
-def test_transformer_dropout_streams_differ_per_layer(rng):
-    j = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16), 2)
-    keys = [np.asarray(jax.random.key_data(layer._store.values[layer.dropout._slots["_rng"]]))
-            for layer in j.layers]
-    assert not np.array_equal(*keys)
-
-
-def test_transformer_bad_inputs():
-    layer = nn.Sequential(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16))
-    with pytest.raises(ValueError, match=r"0 \(TransformerEncoderLayer\).*size 8.*argument src"):
-        layer(jnp.zeros((5, 2, 6)))
-    with pytest.raises(ValueError, match="activation should be relu/gelu"):
-        nn.TransformerEncoderLayer(8, 2, activation="swish")
-    with pytest.raises(TypeError, match="jaxdl Transformer layer"):
-        nn.TransformerEncoder(nn.Linear(8, 8), 2)
 
 
 def test_attention_under_autocast_runs_matmuls_in_bfloat16(rng):

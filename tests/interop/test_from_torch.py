@@ -1,161 +1,15 @@
-"""dl.interop.from_torch and dl.interop.compare, with torch as the reference."""
+"""dl.interop.from_torch: converted models match torch in structure, outputs and gradients."""
 
-import collections
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from torch_twin import rand
+import torch.nn as tnn
+from torch_twin import rand, square_loss, torch_cnn
 
 import jaxdl as dl
 from jaxdl import nn
-
-tnn = torch.nn
-
-
-def _cnn():
-    torch.manual_seed(0)
-    return tnn.Sequential(collections.OrderedDict([
-        ("conv", tnn.Conv2d(3, 6, 3, stride=2, padding=1, bias=False)),
-        ("bn", tnn.BatchNorm2d(6)),
-        ("act", tnn.LeakyReLU(0.2)),
-        ("pool", tnn.MaxPool2d(2, ceil_mode=True)),
-        ("drop", tnn.Dropout(0.3)),
-        ("flat", tnn.Flatten()),
-        ("head", tnn.Sequential(tnn.Linear(6 * 2 * 2, 16), tnn.GELU(approximate="tanh"),
-                                tnn.LayerNorm(16), tnn.Linear(16, 5))),
-    ]))
-
-
-def _square_loss(out):
-    return (out ** 2).sum()  # works on torch and jax arrays alike
-
-
-def test_from_torch_cnn_is_faithful_in_eval_and_train(rng):
-    t = _cnn()
-    j = dl.interop.from_torch(t)
-    assert type(j.head[1]) is nn.GELU and j.head[1].approximate == "tanh"
-    assert j.pool.ceil_mode and j.conv.bias is None and j.act.negative_slope == 0.2
-    assert list(j.state_dict()) == list(t.state_dict())
-    x = rand(rng, 2, 3, 7, 7)
-    t.eval()
-    j.eval()
-    report = dl.interop.compare(t, j, x, loss_fn=_square_loss)
-    assert report.ok, str(report)
-    # outputs in execution order (children before their container), then gradients
-    paths = [row.path for row in report.rows if row.kind == "output"]
-    assert paths == ["conv", "bn", "act", "pool", "drop", "flat", "head.0", "head.1", "head.2",
-                     "head.3", "head", "<root>"]
-    assert {row.path for row in report.rows if row.kind == "grad"} == {
-        name for name, _ in t.named_parameters()}
-    # train mode: batch statistics and running-stat updates, dropout switched off on both sides
-    t.train()
-    t.drop.p = 0.0
-    j = dl.interop.from_torch(t)
-    report = dl.interop.compare(t, j, x, loss_fn=_square_loss)
-    assert report.ok, str(report)
-    np.testing.assert_allclose(j.bn.running_var, t.bn.running_var.numpy(), rtol=1e-5)
-    assert int(j.bn.num_batches_tracked) == int(t.bn.num_batches_tracked)
-
-
-def test_compare_names_exactly_the_perturbed_layer(rng):
-    t = _cnn().eval()
-    j = dl.interop.from_torch(t)
-    j.head[0].weight = j.head[0].weight.at[3, 1].add(0.05)  # a deliberately broken port
-    # eager jaxdl side (jit=False), as when stepping through a forward in a debugger
-    report = dl.interop.compare(t, j, rand(rng, 2, 3, 7, 7), loss_fn=_square_loss, jit=False)
-    assert not report.ok
-    assert report.first_divergence.path == "head.0"
-    assert report.first_divergence.kind == "output"
-    bad = {row.path for row in report.rows if not row.ok and row.kind == "output"}
-    assert bad == {"head.0", "head.1", "head.2", "head.3", "head", "<root>"}
-    text = str(report)
-    assert "first divergence: head.0 (output)" in text and "DIFF" in text
-    data = report.to_dict()
-    assert data["ok"] is False and data["first_divergence"]["path"] == "head.0"
-    assert len(data["rows"]) == len(report.rows)
-
-
-def test_compare_gradient_only_divergence(rng):
-    # same forward, different backward: a frozen parameter on one side only
-    t = _cnn().eval()
-    j = dl.interop.from_torch(t)
-    t.head[3].bias.requires_grad_(False)
-    report = dl.interop.compare(t, j, rand(rng, 2, 3, 7, 7), loss_fn=_square_loss)
-    assert report.ok  # a gradient torch does not have is not compared...
-    j.head[3].requires_grad_(False)
-    t.head[3].bias.requires_grad_(True)
-    report = dl.interop.compare(t, j, rand(rng, 2, 3, 7, 7), loss_fn=_square_loss)
-    assert not report.ok  # ...but one jaxdl lacks is a divergence
-    assert report.first_divergence.path == "head.3.weight"
-    assert report.first_divergence.kind == "grad"
-
-
-def test_compare_restores_the_models(rng):
-    t = _cnn().eval()
-    j = dl.interop.from_torch(t)
-    dl.interop.compare(t, j, rand(rng, 2, 3, 7, 7), loss_fn=_square_loss)
-    assert all("forward" not in m.__dict__ for m in j.modules())
-    assert all(not m._forward_hooks for m in t.modules())
-    out = j(jnp.asarray(rand(rng, 2, 3, 7, 7)))  # still callable, nothing recorded
-    assert out.shape == (2, 5)
-
-
-def test_from_torch_recurrent_attention_and_transformer(rng):
-    torch.manual_seed(0)
-    t = tnn.ModuleDict({
-        "lstm": tnn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True),
-        "proj": tnn.LSTM(4, 6, num_layers=2, proj_size=3, batch_first=True),
-        "gru": tnn.GRU(4, 5, bias=False),
-        "rnn": tnn.RNN(4, 3, nonlinearity="relu"),
-        "cell": tnn.GRUCell(4, 3),
-        "attn": tnn.MultiheadAttention(8, 2, kdim=4, vdim=6, add_bias_kv=True),
-        "enc": tnn.TransformerEncoder(
-            tnn.TransformerEncoderLayer(8, 2, dim_feedforward=16, activation="gelu",
-                                        norm_first=True, batch_first=True),
-            num_layers=2, norm=tnn.LayerNorm(8), enable_nested_tensor=False),
-        "blocks": tnn.ModuleList([tnn.Embedding(10, 4, padding_idx=0), tnn.Identity()]),
-    })
-    j = dl.interop.from_torch(t)
-    assert list(j.state_dict()) == list(t.state_dict())
-    assert j["gru"].bias is False and j["rnn"].nonlinearity == "relu"
-    assert j["attn"].kdim == 4 and j["attn"].bias_k is not None
-    assert j["enc"].layers[1].norm_first and j["blocks"][0].padding_idx == 0
-    t.eval()
-    j.eval()
-    x = rand(rng, 2, 5, 4)
-    for name in ("lstm", "proj", "gru", "rnn"):
-        report = dl.interop.compare(t[name], j[name], x, loss_fn=lambda out: (out[0] ** 2).sum())
-        assert report.ok, str(report)
-    lstm_rows = [row.path for row in report.rows if row.kind == "output"]
-    assert lstm_rows == ["<root>[0]", "<root>[1]"]  # (output, h_n) leaves
-    seq = rand(rng, 2, 5, 8)
-    report = dl.interop.compare(t["enc"], j["enc"], seq, loss_fn=_square_loss)
-    assert report.ok, str(report)
-    q, k, v = rand(rng, 3, 2, 8), rand(rng, 4, 2, 4), rand(rng, 4, 2, 6)
-    report = dl.interop.compare(t["attn"], j["attn"], (q, k, v),
-                                loss_fn=lambda out: (out[0] ** 2).sum())
-    assert report.ok, str(report)
-
-
-def test_from_torch_keeps_modes_and_frozen_parameters():
-    t = _cnn()
-    t.head.eval()
-    t.conv.weight.requires_grad_(False)
-    j = dl.interop.from_torch(t)
-    assert j.training and j.bn.training and not j.head.training and not j.head[0].training
-    grads = dl.grad(lambda m: m(jnp.ones((1, 3, 7, 7))).sum())(j)
-    assert "conv.weight" not in grads and "bn.weight" in grads
-
-
-def test_loss_pair_and_multiple_inputs(rng):
-    torch.manual_seed(0)
-    t = tnn.Bilinear(3, 4, 2)
-    j = dl.interop.from_torch(t)
-    report = dl.interop.compare(t, j, (rand(rng, 5, 3), rand(rng, 5, 4)),
-                                loss_fn=(lambda o: o.sum(), lambda o: jnp.sum(o)))
-    assert report.ok and len(report.rows) == 3
 
 
 class _Custom(tnn.Module):
@@ -165,17 +19,6 @@ class _Custom(tnn.Module):
 
     def forward(self, x):
         return self.fc(x) * 2
-
-
-def test_unsupported_modules_raise_naming_path_and_type():
-    with pytest.raises(NotImplementedError, match=r"1 \(.*_Custom\) is a custom Module"):
-        dl.interop.from_torch(tnn.Sequential(tnn.ReLU(), _Custom()))
-    with pytest.raises(NotImplementedError, match=r"0\.1 \(torch.*PixelShuffle\) has no jaxdl"):
-        dl.interop.from_torch(tnn.Sequential(tnn.Sequential(tnn.ReLU(), tnn.PixelShuffle(2))))
-    with pytest.raises(NotImplementedError, match=r"bn \(.*BatchNorm2d\) uses bias=False"):
-        dl.interop.from_torch(tnn.ModuleDict({"bn": tnn.BatchNorm2d(3, bias=False)}))
-    with pytest.raises(TypeError, match="torch.nn.Module"):
-        dl.interop.from_torch(nn.Linear(2, 2))
 
 
 def _layer_zoo():
@@ -212,6 +55,91 @@ def _layer_zoo():
     ]
 
 
+def test_from_torch_cnn_is_faithful_in_eval_and_train(rng):
+    t = torch_cnn()
+    j = dl.interop.from_torch(t)
+    assert type(j.head[1]) is nn.GELU and j.head[1].approximate == "tanh"
+    assert j.pool.ceil_mode and j.conv.bias is None and j.act.negative_slope == 0.2
+    assert list(j.state_dict()) == list(t.state_dict())
+    x = rand(rng, 2, 3, 7, 7)
+    t.eval()
+    j.eval()
+    report = dl.interop.compare(t, j, x, loss_fn=square_loss)
+    assert report.ok, str(report)
+    # outputs in execution order (children before their container), then gradients
+    paths = [row.path for row in report.rows if row.kind == "output"]
+    assert paths == ["conv", "bn", "act", "pool", "drop", "flat", "head.0", "head.1", "head.2",
+                     "head.3", "head", "<root>"]
+    assert {row.path for row in report.rows if row.kind == "grad"} == {
+        name for name, _ in t.named_parameters()}
+    # train mode: batch statistics and running-stat updates, dropout switched off on both sides
+    t.train()
+    t.drop.p = 0.0
+    j = dl.interop.from_torch(t)
+    report = dl.interop.compare(t, j, x, loss_fn=square_loss)
+    assert report.ok, str(report)
+    np.testing.assert_allclose(j.bn.running_var, t.bn.running_var.numpy(), rtol=1e-5)
+    assert int(j.bn.num_batches_tracked) == int(t.bn.num_batches_tracked)
+
+
+def test_from_torch_recurrent_attention_and_transformer(rng):
+    torch.manual_seed(0)
+    t = tnn.ModuleDict({
+        "lstm": tnn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True),
+        "proj": tnn.LSTM(4, 6, num_layers=2, proj_size=3, batch_first=True),
+        "gru": tnn.GRU(4, 5, bias=False),
+        "rnn": tnn.RNN(4, 3, nonlinearity="relu"),
+        "cell": tnn.GRUCell(4, 3),
+        "attn": tnn.MultiheadAttention(8, 2, kdim=4, vdim=6, add_bias_kv=True),
+        "enc": tnn.TransformerEncoder(
+            tnn.TransformerEncoderLayer(8, 2, dim_feedforward=16, activation="gelu",
+                                        norm_first=True, batch_first=True),
+            num_layers=2, norm=tnn.LayerNorm(8), enable_nested_tensor=False),
+        "blocks": tnn.ModuleList([tnn.Embedding(10, 4, padding_idx=0), tnn.Identity()]),
+    })
+    j = dl.interop.from_torch(t)
+    assert list(j.state_dict()) == list(t.state_dict())
+    assert j["gru"].bias is False and j["rnn"].nonlinearity == "relu"
+    assert j["attn"].kdim == 4 and j["attn"].bias_k is not None
+    assert j["enc"].layers[1].norm_first and j["blocks"][0].padding_idx == 0
+    t.eval()
+    j.eval()
+    x = rand(rng, 2, 5, 4)
+    for name in ("lstm", "proj", "gru", "rnn"):
+        report = dl.interop.compare(t[name], j[name], x, loss_fn=lambda out: (out[0] ** 2).sum())
+        assert report.ok, str(report)
+    lstm_rows = [row.path for row in report.rows if row.kind == "output"]
+    assert lstm_rows == ["<root>[0]", "<root>[1]"]  # (output, h_n) leaves
+    seq = rand(rng, 2, 5, 8)
+    report = dl.interop.compare(t["enc"], j["enc"], seq, loss_fn=square_loss)
+    assert report.ok, str(report)
+    q, k, v = rand(rng, 3, 2, 8), rand(rng, 4, 2, 4), rand(rng, 4, 2, 6)
+    report = dl.interop.compare(t["attn"], j["attn"], (q, k, v),
+                                loss_fn=lambda out: (out[0] ** 2).sum())
+    assert report.ok, str(report)
+
+
+def test_from_torch_keeps_modes_and_frozen_parameters():
+    t = torch_cnn()
+    t.head.eval()
+    t.conv.weight.requires_grad_(False)
+    j = dl.interop.from_torch(t)
+    assert j.training and j.bn.training and not j.head.training and not j.head[0].training
+    grads = dl.grad(lambda m: m(jnp.ones((1, 3, 7, 7))).sum())(j)
+    assert "conv.weight" not in grads and "bn.weight" in grads
+
+
+def test_unsupported_modules_raise_naming_path_and_type():
+    with pytest.raises(NotImplementedError, match=r"1 \(.*_Custom\) is a custom Module"):
+        dl.interop.from_torch(tnn.Sequential(tnn.ReLU(), _Custom()))
+    with pytest.raises(NotImplementedError, match=r"0\.1 \(torch.*PixelShuffle\) has no jaxdl"):
+        dl.interop.from_torch(tnn.Sequential(tnn.Sequential(tnn.ReLU(), tnn.PixelShuffle(2))))
+    with pytest.raises(NotImplementedError, match=r"bn \(.*BatchNorm2d\) uses bias=False"):
+        dl.interop.from_torch(tnn.ModuleDict({"bn": tnn.BatchNorm2d(3, bias=False)}))
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        dl.interop.from_torch(nn.Linear(2, 2))
+
+
 def test_from_torch_layer_zoo(rng):
     torch.manual_seed(0)
     for t, shapes in _layer_zoo():
@@ -238,3 +166,48 @@ def test_from_torch_losses(loss, target, rng):
     j = dl.interop.from_torch(t)
     report = dl.interop.compare(t, j, (rand(rng, 4, 5), target(rng)), jit=False)
     assert len(report.rows) == 1 and report.ok, str(report)
+
+
+def _compare(t, inputs):
+    j = dl.interop.from_torch(t)
+    assert type(j).__name__ == type(t).__name__
+    assert [p for p, _ in j.named_modules()] == [p for p, _ in t.named_modules()]
+    report = dl.interop.compare(t, j, inputs, jit=False)
+    assert report.rows and report.ok, str(report)
+    return j
+
+
+def test_fold_unfold_unpool_and_dropouts():
+    rng = np.random.default_rng(0)
+    x = rand(rng, 2, 3, 6, 7)
+    _compare(tnn.Unfold((2, 3), dilation=(2, 1), padding=1, stride=2), (x,))
+    _compare(tnn.Fold((5, 4), 2, stride=(1, 2)), (rand(rng, 1, 12, 8),))
+    _compare(tnn.Sequential(tnn.MaxPool2d(2, return_indices=False), tnn.AlphaDropout(0.2),
+                            tnn.FeatureAlphaDropout(0.3)).eval(), (x,))
+    _, idx = torch.nn.functional.max_pool2d(torch.tensor(x[..., :6]), 2, return_indices=True)
+    j = _compare(tnn.MaxUnpool2d(2), (rand(rng, 2, 3, 3, 3), idx.numpy()))
+    assert j.kernel_size == (2, 2) and j.stride == (2, 2)
+    _, idx = torch.nn.functional.max_pool1d(torch.tensor(x[0]), 3, 2, return_indices=True)
+    _compare(tnn.MaxUnpool1d(3, 2), (rand(rng, *idx.shape), idx.numpy()))
+    assert dl.interop.from_torch(tnn.MaxPool1d(2, return_indices=True)).return_indices
+
+
+def test_losses():
+    rng = np.random.default_rng(1)
+    log_probs = torch.tensor(rand(rng, 8, 2, 5)).log_softmax(-1).numpy()
+    targets, lengths = np.array([[1, 2, 2], [3, 4, 0]]), (np.array([8, 7]), np.array([3, 2]))
+    j = _compare(tnn.CTCLoss(blank=0, reduction="sum", zero_infinity=True),
+                 (log_probs, targets, *lengths))
+    assert j.zero_infinity and j.reduction == "sum"
+    _compare(tnn.MultiLabelMarginLoss(reduction="none"),
+             (rand(rng, 2, 4), np.array([[3, 0, -1, 1], [2, -1, 0, 0]])))
+    triplet = rand(rng, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
+    j = _compare(tnn.TripletMarginWithDistanceLoss(margin=0.5, swap=True), triplet)
+    assert isinstance(j.distance_function, nn.PairwiseDistance)
+    j = _compare(tnn.TripletMarginWithDistanceLoss(distance_function=tnn.PairwiseDistance(p=1.0)),
+                 triplet)
+    assert j.distance_function.norm == 1.0
+    _compare(tnn.CosineSimilarity(dim=1, eps=1e-6), triplet[:2])
+    with pytest.raises(NotImplementedError, match=r"<root> \(.*TripletMarginWithDistanceLoss\) "
+                                                  r"uses distance_function=.*Python callable"):
+        dl.interop.from_torch(tnn.TripletMarginWithDistanceLoss(distance_function=lambda a, b: a - b))

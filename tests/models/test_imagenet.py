@@ -18,6 +18,7 @@ TORCHVISION_PARAMS = {
     "googlenet": 6_624_904,
 }
 
+
 # (model, builder kwargs, input size, batch): small widths and resolutions that still reach the
 # head; GoogLeNet's last blocks are 1x1, so its train-mode BatchNorm needs a few samples.
 SMALL = [

@@ -10,6 +10,9 @@ from torch_twin import rand
 
 import jaxdl.nn.functional as F
 
+OPTIONS = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
+                                 [False, True]))
+
 
 @pytest.mark.filterwarnings("ignore:Since version 1.3.0")
 @pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 1, 1, 3), (1, 2, 5, 1)])
@@ -18,10 +21,6 @@ def test_affine_grid_matches_torch(size, align_corners):
     theta = rand(np.random.default_rng(0), size[0], 2, 3)
     check_functional(F.affine_grid, TF.affine_grid, [theta],
                      kwargs=dict(size=size, align_corners=align_corners))
-
-
-OPTIONS = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
-                                 [False, True]))
 
 
 @pytest.mark.parametrize("mode, padding_mode, align_corners", OPTIONS)

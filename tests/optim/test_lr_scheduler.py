@@ -10,6 +10,8 @@ from jaxdl import nn, optim
 from jaxdl.optim import lr_scheduler as sched
 
 STEPS = 120
+
+
 # torch warns that these schedules step without an optimizer step; they only check lrs.
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
 
@@ -76,6 +78,45 @@ def torch_history(factory, name, options):
     return history(scheduler, topt, scheduler.step)
 
 
+PLATEAU = [dict(patience=3, factor=0.5, cooldown=2, threshold=0.01),
+           dict(mode="max", threshold_mode="abs", threshold=0.05, patience=2, factor=0.7,
+                min_lr=[0.01, 0.002])]
+
+
+def metrics():
+    rng = np.random.default_rng(0)
+    return [float(v) for v in np.maximum(1.0 - 0.02 * np.arange(STEPS), 0.3)
+            + 0.05 * rng.standard_normal(STEPS)]
+
+
+# After these epochs the lr of every group is scaled by hand (on both sides); 29/30 and 89/90 sit
+# around cosine-periodic's minima, 119 at cosine's, where torch's chain restarts additively.
+EDITS = {5: 0.5, 29: 3.0, 30: 0.5, 47: 2.0, 89: 0.25, 90: 1.5, 119: 0.5}
+
+
+EDITED = [c for c in CASES if not c[0].startswith("onecycle")]
+
+
+def edited_history(opt, step, schedulers, edits=EDITS):
+    """lr of every group after each step, scaling the lrs by hand after the epochs in `edits`."""
+    rows = [[float(lr) for lr in schedulers[-1].get_last_lr()]]
+    for epoch in range(1, STEPS + 1):
+        step()
+        rows.append([float(g["lr"]) for g in opt.param_groups])
+        if epoch in edits:
+            for group in opt.param_groups:
+                group["lr"] = float(group["lr"]) * edits[epoch]
+    return np.array(rows)
+
+
+CHAINS = [
+    ("step+exponential", lambda m, o: [m.StepLR(o, step_size=9, gamma=0.5), m.ExponentialLR(o, 0.98)]),
+    ("warmup+cosine", lambda m, o: [m.LinearLR(o, start_factor=0.1, total_iters=10),
+                                    m.CosineAnnealingLR(o, T_max=40, eta_min=1e-3)]),
+    ("multistep+constant", lambda m, o: [m.MultiStepLR(o, [20, 50, 50]), m.ConstantLR(o, 0.5, 30)]),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_eager_matches_torch(case):
     _, name, options, factory = case
@@ -95,17 +136,6 @@ def test_inside_jit_matches_torch_without_recompiling(case):
     assert step.trace_count == 1
     # float32 inside the trace: lr slots round to 6e-8, the formulas add a few ulps.
     np.testing.assert_allclose(ours, torch_history(factory, name, options), rtol=2e-6, atol=1e-12)
-
-
-PLATEAU = [dict(patience=3, factor=0.5, cooldown=2, threshold=0.01),
-           dict(mode="max", threshold_mode="abs", threshold=0.05, patience=2, factor=0.7,
-                min_lr=[0.01, 0.002])]
-
-
-def metrics():
-    rng = np.random.default_rng(0)
-    return [float(v) for v in np.maximum(1.0 - 0.02 * np.arange(STEPS), 0.3)
-            + 0.05 * rng.standard_normal(STEPS)]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -208,26 +238,6 @@ def test_one_cycle_turns_on_momentum_of_sgd_built_without_it():
                                    atol=1e-6)
 
 
-# ---- torch's chainable semantics: hand edits, chained schedulers, groups added later -------------
-
-# After these epochs the lr of every group is scaled by hand (on both sides); 29/30 and 89/90 sit
-# around cosine-periodic's minima, 119 at cosine's, where torch's chain restarts additively.
-EDITS = {5: 0.5, 29: 3.0, 30: 0.5, 47: 2.0, 89: 0.25, 90: 1.5, 119: 0.5}
-EDITED = [c for c in CASES if not c[0].startswith("onecycle")]
-
-
-def edited_history(opt, step, schedulers, edits=EDITS):
-    """lr of every group after each step, scaling the lrs by hand after the epochs in `edits`."""
-    rows = [[float(lr) for lr in schedulers[-1].get_last_lr()]]
-    for epoch in range(1, STEPS + 1):
-        step()
-        rows.append([float(g["lr"]) for g in opt.param_groups])
-        if epoch in edits:
-            for group in opt.param_groups:
-                group["lr"] = float(group["lr"]) * edits[epoch]
-    return np.array(rows)
-
-
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("case", EDITED, ids=[c[0] for c in EDITED])
 def test_hand_edited_lr_carries_forward_as_in_torch(case, jit):
@@ -240,14 +250,6 @@ def test_hand_edited_lr_carries_forward_as_in_torch(case, jit):
     np.testing.assert_allclose(got, want, rtol=2e-6 if jit else 1e-6, atol=1e-12)
     if jit:
         assert step.trace_count == 1
-
-
-CHAINS = [
-    ("step+exponential", lambda m, o: [m.StepLR(o, step_size=9, gamma=0.5), m.ExponentialLR(o, 0.98)]),
-    ("warmup+cosine", lambda m, o: [m.LinearLR(o, start_factor=0.1, total_iters=10),
-                                    m.CosineAnnealingLR(o, T_max=40, eta_min=1e-3)]),
-    ("multistep+constant", lambda m, o: [m.MultiStepLR(o, [20, 50, 50]), m.ConstantLR(o, 0.5, 30)]),
-]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])

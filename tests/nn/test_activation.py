@@ -1,0 +1,82 @@
+"""Activations and the softmax family (functional forms and modules) against PyTorch; gumbel_softmax by
+statistics, structure and gradients (JAX's and torch's random streams differ)."""
+
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from functional_oracle import check_by_name, positive
+from torch_twin import check_twin, pair, rand
+
+import jaxdl.nn.functional as F
+
+
+@pytest.mark.parametrize("name,args", [
+    ("ReLU", ()), ("ReLU6", ()), ("LeakyReLU", (0.2,)), ("ELU", (0.7,)), ("GELU", ()),
+    ("GELU", ("tanh",)), ("SiLU", ()), ("Mish", ()), ("Tanh", ()), ("Sigmoid", ()),
+    ("Hardswish", ()), ("Softplus", ()), ("Softplus", (2.0, 3.0)), ("Softmax", (1,)),
+    ("LogSoftmax", (-1,)),
+])
+def test_activation_matches_torch(name, args, rng):
+    check_twin(*pair(name, *args), [rand(rng, 3, 4, 5, scale=4.0)], modes=("train",))
+
+
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_gumbel_softmax_hard_one_hot_and_straight_through_gradient(dim):
+    logits = jnp.asarray(rand(np.random.default_rng(1), 3, 5, 4))
+    key = jax.random.key(3)
+    soft = F.gumbel_softmax(logits, tau=0.7, dim=dim, key=key)
+    hard = F.gumbel_softmax(logits, tau=0.7, hard=True, dim=dim, key=key)
+    np.testing.assert_allclose(np.asarray(soft.sum(dim)), 1, rtol=1e-5)
+    assert set(np.unique(np.asarray(hard))) == {0.0, 1.0}
+    np.testing.assert_array_equal(np.asarray(hard.sum(dim)), 1)
+    np.testing.assert_array_equal(np.argmax(np.asarray(hard), dim), np.argmax(np.asarray(soft), dim))
+    w = jnp.asarray(rand(np.random.default_rng(2), 3, 5, 4))
+    g_hard = jax.grad(lambda z: jnp.sum(w * F.gumbel_softmax(z, 0.7, True, dim=dim, key=key)))(logits)
+    g_soft = jax.grad(lambda z: jnp.sum(w * F.gumbel_softmax(z, 0.7, dim=dim, key=key)))(logits)
+    np.testing.assert_allclose(np.asarray(g_hard), np.asarray(g_soft), rtol=1e-5, atol=1e-6)
+
+
+def test_gumbel_softmax_samples_the_softmax_distribution():
+    logits = jnp.asarray([0.5, -1.0, 2.0, 0.0])
+    samples = F.gumbel_softmax(jnp.broadcast_to(logits, (40000, 4)), hard=True, key=jax.random.key(4))
+    freq = np.asarray(samples.mean(0))
+    np.testing.assert_allclose(freq, np.asarray(jax.nn.softmax(logits)), atol=0.01)
+    # and torch's samples have the same distribution
+    t = TF.gumbel_softmax(torch.tensor(np.asarray(logits)).expand(40000, 4), hard=True).mean(0)
+    np.testing.assert_allclose(freq, t.numpy(), atol=0.015)
+
+
+rng = np.random.default_rng(0)
+
+
+def arr(*shape, positive=False):
+    x = rng.standard_normal(shape).astype(np.float32)
+    return np.abs(x) + 0.1 if positive else x
+
+
+def test_inplace_names_return_results():
+    x = jnp.asarray(arr(3, 4))
+    np.testing.assert_array_equal(np.asarray(F.relu_(x)), np.asarray(F.relu(x)))
+    np.testing.assert_array_equal(np.asarray(F.leaky_relu_(x, 0.2)), np.asarray(F.leaky_relu(x, 0.2)))
+
+
+# F.<name>(*float inputs, *constant inputs, **kwargs): values and input gradients against torch
+FUNCTIONAL_CASES = {
+    "softmin": lambda rng: ([rand(rng, 4, 7)], [], dict(dim=1)),
+    "hardshrink": lambda rng: ([rand(rng, 5, 6)], [], dict(lambd=0.3)),
+    "softshrink": lambda rng: ([rand(rng, 5, 6)], [], dict(lambd=0.3)),
+    "tanhshrink": lambda rng: ([rand(rng, 5, 6)], [], {}),
+    "rrelu-eval": lambda rng: ([rand(rng, 5, 6)], [], dict(training=False)),
+    "prelu-channels": lambda rng: ([rand(rng, 2, 3, 4, 4), positive(rng, 3)], [], {}),
+    "prelu-single": lambda rng: ([rand(rng, 2, 3, 4), positive(rng, 1)], [], {}),
+}
+
+
+@pytest.mark.parametrize("case", FUNCTIONAL_CASES)
+def test_functional_matches_torch(case, rng):
+    floats, constants, kwargs = FUNCTIONAL_CASES[case](rng)
+    check_by_name(case, floats, constants, kwargs)

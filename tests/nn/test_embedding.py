@@ -1,0 +1,56 @@
+"""Embedding, EmbeddingBag and one_hot against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+from torch_twin import check_twin, pair, rand
+
+import jaxdl.nn.functional as F
+from jaxdl import nn
+
+
+@pytest.mark.parametrize("opts", [{}, {"padding_idx": 2}, {"padding_idx": -1}])
+def test_embedding_matches_torch(opts, rng):
+    t, j = pair("Embedding", 7, 4, **opts)
+    idx = rng.integers(0, 7, (3, 5))
+    idx[0, :3] = [2, 6, 2]
+    check_twin(t, j, [idx], modes=("train",))
+    if opts:
+        assert not np.asarray(nn.Embedding(7, 4, **opts).weight)[opts["padding_idx"]].any()
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_matches_torch(mode, rng):
+    t, j = pair("EmbeddingBag", 9, 3, mode=mode)
+    flat = rng.integers(0, 9, (10,))
+    offsets = np.array([0, 3, 3, 7])  # an empty bag in the middle
+    check_twin(t, j, [flat, offsets], modes=("train",))
+    check_twin(t, j, [rng.integers(0, 9, (2, 4))], modes=("train",))
+    t, j = pair("EmbeddingBag", 9, 3, mode=mode, padding_idx=0, include_last_offset=True)
+    flat[1] = 0
+    check_twin(t, j, [flat, np.array([0, 2, 5, 10])], modes=("train",))
+
+
+def test_embedding_bag_per_sample_weights(rng):
+    t, j = pair("EmbeddingBag", 6, 3, mode="sum")
+    check_twin(t, j, [rng.integers(0, 6, (7,)), np.array([0, 4]), rand(rng, 7)],
+               modes=("train",))
+
+
+def test_one_hot_and_errors(rng):
+    idx = rng.integers(0, 5, (3, 4))
+    expected = torch.nn.functional.one_hot(torch.tensor(idx), 6)
+    np.testing.assert_array_equal(F.one_hot(idx, 6), expected.numpy())
+    np.testing.assert_array_equal(F.one_hot(idx), torch.nn.functional.one_hot(
+        torch.tensor(idx)).numpy())
+    model = nn.Sequential(nn.Embedding(5, 2))
+    with pytest.raises(nn.ShapeError, match=r"0 \(Embedding\).*integer"):
+        model(rand(rng, 3))
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        nn.Embedding(5, 2, max_norm=1.0)
+    with pytest.raises(NotImplementedError, match="antialias"):
+        F.interpolate(rand(rng, 1, 1, 4, 4), size=2, mode="bilinear", antialias=True)
+    with pytest.raises(nn.ShapeError, match=r"Bilinear.*size 3 on axis 1"):
+        nn.Bilinear(3, 4, 2)(rand(rng, 2, 4), rand(rng, 2, 4))
+    with pytest.raises(nn.ShapeError, match="axis 1 of size"):
+        nn.Unflatten(1, (2, 2))(rand(rng, 2, 5))

@@ -1,0 +1,86 @@
+"""Linear, Bilinear, Flatten/Unflatten, and torch's grouped and scaled (fp8) matrix products
+against PyTorch."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from functional_oracle import check_functional
+from torch_twin import check_twin, pair, rand
+
+import jaxdl.nn.functional as F
+from jaxdl import nn
+
+
+def test_linear_bilinear_shape_layers(rng):
+    check_twin(*pair("Linear", 5, 3), [rand(rng, 1, 5)])
+    check_twin(*pair("Bilinear", 4, 3, 2), [rand(rng, 5, 4), rand(rng, 5, 3)])
+    check_twin(*pair("Bilinear", 4, 3, 2, bias=False), [rand(rng, 4), rand(rng, 3)])
+    check_twin(*pair("Flatten"), [rand(rng, 2, 3, 4)], modes=("train",))
+    check_twin(*pair("Flatten", 0, 1), [rand(rng, 2, 3, 4)], modes=("train",))
+    check_twin(*pair("Unflatten", 1, (2, -1)), [rand(rng, 3, 6, 2)], modes=("train",))
+    bound = 1 / math.sqrt(4)
+    w = np.asarray(nn.Bilinear(4, 3, 7).weight)
+    assert w.shape == (7, 4, 3) and np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+
+
+OFFS = np.array([2, 5, 8], np.int32)
+
+
+@pytest.mark.parametrize("shapes, offs", [
+    (((8, 8), (3, 8, 4)), OFFS),  # ragged rows of a, one b per group
+    (((3, 4, 8), (8, 8)), OFFS),  # ragged columns of b
+    (((4, 8), (8, 4)), OFFS),  # ragged contraction: one product per group
+    (((3, 4, 8), (3, 8, 4)), None),  # batched
+])
+def test_grouped_mm_float32_matches_torch(shapes, offs, rng):
+    a, b = (rand(rng, *s) for s in shapes)
+    if offs is None:
+        check_functional(F.grouped_mm, TF.grouped_mm, [a, b])
+        return
+    check_functional(lambda a, b, o: F.grouped_mm(a, b, offs=o),
+                     lambda a, b, o: TF.grouped_mm(a, b, offs=o), [a, b], [offs])
+
+
+def test_grouped_mm_bfloat16_and_rows_past_the_last_offset(rng):
+    a, b = rand(rng, 8, 8), rand(rng, 3, 8, 8)
+    offs = np.array([2, 2, 6], np.int32)  # an empty group; rows 6, 7 in no group
+    ours = F.grouped_mm(jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16), offs=offs)
+    theirs = TF.grouped_mm(torch.tensor(a).bfloat16(), torch.tensor(b).bfloat16(),
+                           offs=torch.tensor(offs))
+    assert ours.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(ours[:6], np.float32), theirs[:6].float().numpy(),
+                               rtol=2e-2, atol=2e-2)
+    np.testing.assert_array_equal(np.asarray(ours[6:], np.float32), 0)
+    with pytest.raises(NotImplementedError, match="bias"):
+        F.grouped_mm(a, b, offs=offs, bias=np.zeros(8, np.float32))
+
+
+@pytest.mark.parametrize("recipe", ["TensorWise", "RowWise"])
+def test_scaled_mm_matches_torch_cpu(recipe, rng):
+    a8 = torch.tensor(rand(rng, 16, 32)).to(torch.float8_e4m3fn)
+    b8 = torch.tensor(rand(rng, 32, 16)).to(torch.float8_e5m2)
+    if recipe == "TensorWise":
+        sa, sb = torch.tensor(2.0), torch.tensor(0.25)
+    else:
+        sa, sb = torch.rand(16, 1) + 0.5, torch.rand(1, 16) + 0.5
+    bias = torch.tensor(rand(rng, 16)).bfloat16()
+    kind = getattr(TF.ScalingType, recipe)
+    theirs = TF.scaled_mm(a8, b8, sa, kind, sb, kind, bias=bias)
+    a = jnp.asarray(a8.float().numpy()).astype(jnp.float8_e4m3fn)
+    b = jnp.asarray(b8.float().numpy()).astype(jnp.float8_e5m2)
+    ours = F.scaled_mm(a, b, sa.numpy(), kind, sb.numpy(), getattr(F.ScalingType, recipe),
+                       bias=jnp.asarray(bias.float().numpy(), jnp.bfloat16))
+    assert ours.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(ours, np.float32), theirs.float().numpy(), rtol=1e-2, atol=1e-2)
+
+
+def test_fp8_gpu_only_paths_raise():
+    a = jnp.zeros((16, 16), jnp.float8_e4m3fn)
+    with pytest.raises(NotImplementedError, match="scaled_grouped_mm.*GPU"):
+        F.scaled_grouped_mm(a, a[None], 1.0, "TensorWise", 1.0, "TensorWise", offs=np.array([16]))
+    with pytest.raises(NotImplementedError, match="BlockWise1x32"):
+        F.scaled_mm(a, a, 1.0, F.ScalingType.BlockWise1x32, 1.0, F.ScalingType.BlockWise1x32)
