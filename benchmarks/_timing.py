@@ -15,7 +15,7 @@ RESULTS = Path(__file__).parent / "results"
 def pin_threads(n: int = 1):
     """Fix thread counts on both sides before jax/torch start (call before importing them)."""
     os.environ.setdefault(
-        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false"
     )
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, str(n))

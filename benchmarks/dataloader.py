@@ -35,8 +35,7 @@ import time
 
 # Before jax is imported (XLA's CPU thread pools are fixed at start); spawned
 # workers re-import this file and get the same setting.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
-                           "=false intra_op_parallelism_threads=1").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import numpy as np  # noqa: E402
 

@@ -6,9 +6,8 @@ Also `--conv`: formulations of Conv2d for XLA CPU on the 3-conv CNN train step
     python benchmarks/layers.py [--quick] [--conv] [--out benchmarks/results/layers.json]
 
 Single thread on both sides: torch.set_num_threads(1); XLA gets
---xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 (set
-before jax is imported). Medians of repeats after a warm-up; compile time is
-excluded from step times.
+--xla_cpu_multi_thread_eigen=false (set before jax is imported). Medians of repeats after a
+warm-up; compile time is excluded from step times.
 """
 
 import argparse
@@ -18,8 +17,7 @@ import os
 import statistics
 import time
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
-                           " intra_op_parallelism_threads=1").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
