@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl._module import Module
+from jaxdl.nn._reduction import legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
@@ -34,6 +35,7 @@ def pdist(input, p: float = 2.0):
 
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                           reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     cos = cosine_similarity(input1, input2, dim=-1, eps=1e-12)
     loss = jnp.where(target == 1, 1 - cos, jnp.maximum(0.0, cos - margin))
     return _reduce(loss, reduction)
@@ -41,21 +43,25 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
                          reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     loss = jnp.where(target == 1, input, 0.0) + jnp.where(target == -1, jnp.maximum(0.0, margin - input), 0.0)
     return _reduce(loss, reduction)
 
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                         reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     return _reduce(jnp.maximum(0.0, -target * (input1 - input2) + margin), reduction)
 
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     return _reduce(jax.nn.softplus(-target * input), reduction)
 
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
                                 reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     loss = -(target * jax.nn.log_sigmoid(input) + (1 - target) * jax.nn.log_sigmoid(-input))
     if weight is not None:
         loss = loss * weight
@@ -64,6 +70,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
 
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,
                      eps: float = 1e-8, reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     loss = jnp.exp(input) - target * input if log_input else input - target * jnp.log(input + eps)
     if full:  # Stirling's approximation of log(target!), for target > 1
         stirling = target * jnp.log(target) - target + 0.5 * jnp.log(2 * jnp.pi * target)
@@ -86,6 +93,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2,
                         eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
                         reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     d_pos = pairwise_distance(anchor, positive, p, eps)
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
@@ -96,6 +104,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
 def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=None,
                       size_average=None, reduce=None, reduction: str = "mean"):
     """sum_{i != y} max(0, margin - x[y] + x[i])^p / C, optionally weighted by weight[y]."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if p not in (1, 2):
         raise ValueError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
     x = input if input.ndim == 2 else input[None]
@@ -132,6 +141,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
 
     `target` holds class indices, ended by the first -1 (the rest is ignored), as PyTorch.
     """
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = jnp.asarray(input), jnp.asarray(target)
     if input.ndim not in (1, 2) or target.shape != input.shape:
         raise ValueError(f"multilabel_margin_loss: expected input (C) or (N, C) and an integer "

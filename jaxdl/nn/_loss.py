@@ -11,16 +11,18 @@ from jaxdl.nn._activation import _ops_supports, log_softmax
 from jaxdl.nn._ctc import ctc_loss
 from jaxdl.nn._distance import multilabel_margin_loss, triplet_margin_with_distance_loss
 from jaxdl.nn._linear import linear
-from jaxdl.nn._reduction import REDUCTIONS
+from jaxdl.nn._reduction import REDUCTIONS, legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     return _reduce(jnp.square(input - target), reduction)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     return _reduce(jnp.abs(input - target), reduction)
 
@@ -33,6 +35,7 @@ def _class_last(x):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
              reduce=None, reduction: str = "mean"):
     """Negative log-likelihood of class indices; `input` holds log-probabilities."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input = amp.full(input)
     logp = _class_last(input)
     num_classes = logp.shape[-1]
@@ -56,6 +59,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
                   reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """PyTorch's cross_entropy: class indices or class probabilities as targets."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
@@ -110,6 +114,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
                    beta: float = 1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta=0)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     d = jnp.abs(input - target)
     if beta == 0.0:
@@ -131,6 +136,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as in PyTorch."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     log_x = jnp.maximum(jnp.log(input), -100.0)
     log_1mx = jnp.maximum(jnp.log1p(-input), -100.0)
@@ -141,6 +147,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None):
     """BCE on logits, stable form; pos_weight scales the positive term (per class)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     log_sig_neg = jax.nn.log_sigmoid(-input)  # log(1 - sigmoid(x))
     log_sig = jax.nn.log_sigmoid(input)
@@ -156,6 +163,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     reduction='batchmean' divides the sum by the batch size (the true KL
     divergence); 'mean' averages over every element, as PyTorch does.
     """
+    reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = amp.full(input, target)
     if log_target:
         loss = jnp.exp(target) * (target - input)
@@ -200,14 +208,13 @@ def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weig
 
 
 class _Loss(Module):
+    _reductions = REDUCTIONS
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
-        if size_average is not None or reduce is not None:
-            raise NotImplementedError(
-                "size_average and reduce are deprecated in PyTorch; use reduction='mean'|'sum'|'none'"
-            )
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction={reduction!r} is not valid; use one of {REDUCTIONS}")
+        reduction = legacy_reduction(size_average, reduce, reduction)
+        if reduction not in self._reductions:
+            raise ValueError(f"reduction={reduction!r} is not valid; use one of {self._reductions}")
         self.reduction = reduction
 
     def _check_same_shape(self, input, target):
@@ -304,11 +311,12 @@ class BCEWithLogitsLoss(_WeightedLoss):
 class KLDivLoss(_Loss):
     """KL divergence; `input` holds log-probabilities. reduction='batchmean' is the true KL."""
 
+    _reductions = (*REDUCTIONS, "batchmean")
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
                  log_target: bool = False):
-        batchmean = reduction == "batchmean"
-        super().__init__(size_average, reduce, "mean" if batchmean else reduction)
-        self.reduction, self.log_target = reduction, log_target
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
 
     def forward(self, input, target):
         self._check_same_shape(input, target)

@@ -104,8 +104,6 @@ def test_loss_errors(rng):
         nn.MSELoss()(rand(rng, 2, 3), rand(rng, 3, 2))
     with pytest.raises(ValueError, match="reduction"):
         nn.L1Loss(reduction="avg")
-    with pytest.raises(NotImplementedError, match="size_average"):
-        nn.MSELoss(size_average=True)
     assert F.huber_loss(rand(rng, 2), rand(rng, 2)).shape == ()
 
 
