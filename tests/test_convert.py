@@ -13,6 +13,7 @@ import torch
 from torch_twin import assert_close
 
 import jaxdl as dl
+import jaxdl.nn.functional as F
 from jaxdl import nn
 
 
@@ -132,6 +133,12 @@ def test_torch_dtypes_wherever_a_dtype_is_taken(rng):
         assert model[0](x).dtype == jnp.float16
     with pytest.raises(ValueError, match="bfloat16 or float16, got float32"):
         dl.amp.autocast(dtype=torch.float32)
+    logits = rng.standard_normal((3, 5)).astype(np.float32)
+    for name in ("softmax", "log_softmax", "softmin"):  # dtype= in the functional forms too
+        got = getattr(F, name)(jnp.asarray(logits), 1, dtype=torch.bfloat16)
+        want = getattr(torch.nn.functional, name)(torch.from_numpy(logits), 1, dtype=torch.bfloat16)
+        assert got.dtype == jnp.bfloat16
+        assert_close(np.asarray(got, np.float32), want.float(), name, tol=1e-2)
 
 
 def test_compiled_step_follows_a_dtype_change_as_eager_does(rng):

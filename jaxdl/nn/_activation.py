@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import amp, ops
+from jaxdl._convert import as_dtype
 from jaxdl._module import Module
 from jaxdl.nn._keys import fresh_key as _fresh_key
 
@@ -145,7 +146,7 @@ def _ops_supports(x):
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     input = amp.full(input)
-    x = input if dtype is None else input.astype(dtype)
+    x = input if dtype is None else input.astype(as_dtype(dtype))
     if _ops_supports(x):  # the online-normalizer kernels (Pallas on GPU, XLA elsewhere)
         return ops.softmax(x, axis=_softmax_dim(input, dim))
     return jax.nn.softmax(x, axis=_softmax_dim(input, dim))
@@ -153,7 +154,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     input = amp.full(input)
-    x = input if dtype is None else input.astype(dtype)
+    x = input if dtype is None else input.astype(as_dtype(dtype))
     if _ops_supports(x):
         return ops.log_softmax(x, axis=_softmax_dim(input, dim))
     return jax.nn.log_softmax(x, axis=_softmax_dim(input, dim))

@@ -50,7 +50,7 @@ def grouped_mm(mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
     """
     if bias is not None:
         raise NotImplementedError("grouped_mm(bias=...): torch does not support it yet either")
-    out_dtype = out_dtype or mat_a.dtype
+    out_dtype = as_dtype(out_dtype, mat_a.dtype)
     kinds = (mat_a.ndim, mat_b.ndim)
     if kinds == (3, 3):
         if offs is not None:
@@ -128,7 +128,7 @@ def scaled_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, sw
     out = out * scale_a.reshape(want[0]) * scale_b.reshape(want[1])
     if bias is not None:
         out = out + bias.astype(jnp.float32)
-    return out.astype(output_dtype or jnp.bfloat16)
+    return out.astype(as_dtype(output_dtype, jnp.bfloat16))
 
 
 def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a=None,
