@@ -3,7 +3,7 @@ MultiheadAttention with PyTorch's packed in_proj weights, masks and initialisati
 
 import jax.numpy as jnp
 
-from jaxdl import amp
+from jaxdl import amp, ops
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter, ShapeError
 from jaxdl._random import KeyStream
@@ -26,25 +26,30 @@ def _additive_mask(mask, dtype, masked_value):
     return mask.astype(dtype)
 
 
-def _attend(query, key, value, bias, dropout_p, dropout_key, scale, zero_masked_rows):
-    """softmax(q k^T * scale + bias) v over the last two axes; returns (output, weights).
+def _attend(query, key, value, bias, dropout_p, dropout_key, scale):
+    """softmax(q k^T * scale + bias) v with the weights written out: (output, weights).
 
-    With `zero_masked_rows`, a query whose every key is masked gets zero weights (PyTorch's
-    scaled_dot_product_attention) instead of NaN (its explicit MultiheadAttention path); the
-    scores of such rows are zeroed first so that no NaN reaches the gradient either.
+    MultiheadAttention's explicit path (need_weights=True); as in PyTorch, a query whose
+    every key is masked gets NaN.
     """
     query, key, value = amp.lower(query, key, value)  # autocast: matmuls low, softmax float32
     scores = jnp.matmul(query * scale, jnp.swapaxes(key, -1, -2))
     if bias is not None:
         scores = scores + bias
-    if zero_masked_rows:
-        dead = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
-        weights = jnp.where(dead, 0.0, softmax(jnp.where(dead, 0.0, scores), dim=-1))
-    else:
-        weights = softmax(scores, dim=-1)
+    weights = softmax(scores, dim=-1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, True, key=_fresh_key(dropout_key, query, "dropout"))
     return jnp.matmul(weights.astype(value.dtype), value), weights
+
+
+def _flash(query, key, value, mask, dropout_p, dropout_key, scale, is_causal=False,
+           enable_gqa=False):
+    """`ops.attention` (flash attention: the L x S weights are never written) under
+    autocast; a query whose every key is masked gets zeros, as PyTorch's fused path."""
+    query, key, value = amp.lower(query, key, value)
+    dropout_key = _fresh_key(dropout_key, query, "dropout") if dropout_p > 0.0 else None
+    return ops.attention(query, key, value, mask=mask, is_causal=is_causal, scale=scale,
+                         dropout_p=dropout_p, key=dropout_key, enable_gqa=enable_gqa)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
@@ -74,29 +79,31 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         raise ValueError("scaled_dot_product_attention: expected query (..., L, E), key "
                          f"(..., S, E), value (..., S, Ev), got {query.shape}, {key.shape}, "
                          f"{value.shape}")
-    if enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
-        if query.shape[-3] % key.shape[-3]:
-            raise ValueError(f"enable_gqa: {query.shape[-3]} query heads are not a multiple "
-                             f"of {key.shape[-3]} key/value heads")
-        repeats = query.shape[-3] // key.shape[-3]
-        key = jnp.repeat(key, repeats, axis=-3)
-        value = jnp.repeat(value, repeats, axis=-3)
+    grouped = enable_gqa and key.ndim >= 3 and key.shape[-3] != query.shape[-3]
+    if grouped and query.shape[-3] % key.shape[-3]:
+        raise ValueError(f"enable_gqa: {query.shape[-3]} query heads are not a multiple "
+                         f"of {key.shape[-3]} key/value heads")
+    if not grouped and key.shape[:-2] != query.shape[:-2]:  # leading axes broadcast, as torch
+        lead = jnp.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        query = jnp.broadcast_to(query, lead + query.shape[-2:])
+        key, value = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (key, value))
     target_len, source_len = query.shape[-2], key.shape[-2]
-    if is_causal:
-        if attn_mask is not None:
-            raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
-                             "is_causal=True, not both")
-        attn_mask = jnp.tril(jnp.ones((target_len, source_len), jnp.bool_))
-    bias = _additive_mask(attn_mask, query.dtype, masked_value=False)
-    if bias is not None:
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: pass either attn_mask or "
+                         "is_causal=True, not both")
+    if attn_mask is not None:
+        attn_mask = jnp.asarray(attn_mask)
+        if attn_mask.dtype != jnp.bool_ and not jnp.issubdtype(attn_mask.dtype, jnp.floating):
+            raise TypeError(f"attention masks must be bool or floating, got dtype "
+                            f"{attn_mask.dtype}")
         try:
-            jnp.broadcast_shapes(bias.shape, query.shape[:-2] + (target_len, source_len))
+            jnp.broadcast_shapes(attn_mask.shape, query.shape[:-2] + (target_len, source_len))
         except ValueError:
-            raise ValueError(f"scaled_dot_product_attention: attn_mask of shape {bias.shape} "
-                             f"does not broadcast to the scores' shape "
+            raise ValueError(f"scaled_dot_product_attention: attn_mask of shape "
+                             f"{attn_mask.shape} does not broadcast to the scores' shape "
                              f"{query.shape[:-2] + (target_len, source_len)}") from None
-    scale = 1.0 / float(query.shape[-1]) ** 0.5 if scale is None else scale
-    return _attend(query, key, value, bias, dropout_p, dropout_key, scale, True)[0]
+    return _flash(query, key, value, attn_mask, dropout_p, dropout_key, scale, is_causal,
+                  grouped)
 
 
 def _split_heads(x, batch_heads, head_dim):
@@ -127,7 +134,13 @@ def multi_head_attention_forward(
     if is_causal and attn_mask is None:
         raise ValueError("multi_head_attention_forward: is_causal=True is only a hint, "
                          "attn_mask must hold the causal mask")
-    if is_causal and key_padding_mask is None and not need_weights:
+    # PyTorch's fused path: causal attention without a mask (flash attention skips the
+    # key tiles above the diagonal); an appended key (bias_k, add_zero_attn) is seen by all
+    flash_causal = (is_causal and key_padding_mask is None and not need_weights
+                    and bias_k is None and not add_zero_attn)
+    if flash_causal:
+        attn_mask = None
+    elif is_causal and key_padding_mask is None and not need_weights:
         # PyTorch then trusts the hint and uses its own causal mask instead of attn_mask
         attn_mask = ~jnp.tril(jnp.ones((query.shape[0], key.shape[0]), jnp.bool_))
     batched = query.ndim == 3
@@ -195,13 +208,14 @@ def multi_head_attention_forward(
     dropout_p = dropout_p if training else 0.0
     # PyTorch's explicit path (need_weights) gives NaN for a fully masked query, its fused
     # path (no weights) zeros: reproduce both.
-    out, attn = _attend(q, k, v, attn_mask, dropout_p, dropout_key, head_dim ** -0.5,
-                        zero_masked_rows=not need_weights)
+    if need_weights:
+        out, attn = _attend(q, k, v, attn_mask, dropout_p, dropout_key, head_dim ** -0.5)
+    else:
+        out, attn = _flash(q, k, v, attn_mask, dropout_p, dropout_key, head_dim ** -0.5,
+                           flash_causal), None
     out = jnp.swapaxes(out, 0, 1).reshape(target_len, batch, embed_dim)
     out = linear(out, out_proj_weight, out_proj_bias)
-    if not need_weights:
-        attn = None
-    else:
+    if need_weights:
         attn = attn.reshape(batch, num_heads, target_len, attn.shape[-1])
         attn = attn.mean(axis=1) if average_attn_weights else attn
     if not batched:

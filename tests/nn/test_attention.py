@@ -90,6 +90,27 @@ def test_sdpa_dropout_needs_key_under_trace_and_scales_kept_weights(rng):
     np.testing.assert_allclose(np.asarray(dropped)[kept], 2 * np.asarray(dense)[kept], rtol=1e-5)
 
 
+def test_sdpa_and_the_fused_mha_path_never_write_the_scores():
+    n, e = 4096, 64  # a float32 (n, n) score matrix is 64 MiB
+    x = jax.ShapeDtypeStruct((1, 1, n, e), jnp.float32)
+    sdpa = jax.jit(jax.grad(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                            .sum()))
+    assert sdpa.lower(x).compile().memory_analysis().temp_size_in_bytes < n * n * 4 / 8
+    weights = (jnp.ones((3 * e, e)) / e, jnp.zeros(3 * e), jnp.ones((e, e)) / e, jnp.zeros(e))
+    causal = ~jnp.tril(jnp.ones((n, n), bool))
+
+    def mha(x):  # the transformer layers' call: no weights, the causal hint
+        out = F.multi_head_attention_forward(x, x, x, e, 1, weights[0], weights[1], None, None,
+                                             False, 0.0, weights[2], weights[3],
+                                             need_weights=False, attn_mask=causal,
+                                             is_causal=True)[0]
+        return out.sum()
+
+    x = jax.ShapeDtypeStruct((n, 1, e), jnp.float32)
+    temp = jax.jit(jax.grad(mha)).lower(x).compile().memory_analysis().temp_size_in_bytes
+    assert temp < n * n * 4 / 8
+
+
 @pytest.mark.parametrize("options", [
     {},
     {"batch_first": True, "bias": False},
