@@ -93,9 +93,13 @@ def glu(input, dim=-1):
 
 
 def prelu(input, weight):
-    """max(0, x) + weight * min(0, x), weight per channel (axis 1) or a single value."""
-    w = weight if weight.size == 1 or input.ndim < 2 else weight.reshape(
-        (-1,) + (1,) * (input.ndim - 2))
+    """max(0, x) + weight * min(0, x), weight per channel (axis 1; inputs of fewer than 2
+    dimensions have one channel) or a single value."""
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.ndim > 1 or weight.size not in (1, channels):
+        raise ValueError(f"prelu: weight must hold 1 or {channels} (the input's channels) "
+                         f"values, got shape {tuple(weight.shape)}")
+    w = weight.reshape(()) if weight.size == 1 else weight.reshape((-1,) + (1,) * (input.ndim - 2))
     return jnp.where(input >= 0, input, w * input)
 
 
@@ -134,6 +138,8 @@ rrelu_ = rrelu
 def _softmax_dim(input, dim):
     if dim is None:  # PyTorch's legacy implicit choice
         return 0 if input.ndim in (0, 1, 3) else 1
+    if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
+        raise IndexError(f"dim={dim} is out of range for an input of {input.ndim} dimensions")
     return dim
 
 
@@ -141,23 +147,28 @@ _OPS_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)  # what jaxdl.ops compute
 
 
 def _ops_supports(x):
-    return x.ndim > 0 and x.dtype in _OPS_DTYPES
+    return x.ndim > 0 and x.size > 0 and x.dtype in _OPS_DTYPES
+
+
+def _normalize(kernel, fallback, input, dim, dtype):
+    """softmax / log_softmax of `input` (cast to `dtype`) along `dim`, through jaxdl.ops where
+    it computes that dtype. A 0-d input is one row of one element, as in PyTorch."""
+    input = amp.full(input)
+    x = input if dtype is None else input.astype(as_dtype(dtype))
+    axis = _softmax_dim(input, dim)
+    if x.ndim == 0:
+        return fallback(x[None], axis=0)[0]
+    if _ops_supports(x):  # the online-normalizer kernels (Pallas on GPU, XLA elsewhere)
+        return kernel(x, axis=axis)
+    return fallback(x, axis=axis)
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    input = amp.full(input)
-    x = input if dtype is None else input.astype(as_dtype(dtype))
-    if _ops_supports(x):  # the online-normalizer kernels (Pallas on GPU, XLA elsewhere)
-        return ops.softmax(x, axis=_softmax_dim(input, dim))
-    return jax.nn.softmax(x, axis=_softmax_dim(input, dim))
+    return _normalize(ops.softmax, jax.nn.softmax, input, dim, dtype)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
-    input = amp.full(input)
-    x = input if dtype is None else input.astype(as_dtype(dtype))
-    if _ops_supports(x):
-        return ops.log_softmax(x, axis=_softmax_dim(input, dim))
-    return jax.nn.log_softmax(x, axis=_softmax_dim(input, dim))
+    return _normalize(ops.log_softmax, jax.nn.log_softmax, input, dim, dtype)
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):

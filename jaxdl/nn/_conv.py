@@ -9,6 +9,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdl import amp, backends
 from jaxdl._convert import as_dtype
@@ -17,23 +18,41 @@ from jaxdl._random import KeyStream
 from jaxdl.nn import _conv_cpu
 from jaxdl.nn.init import bias_uniform, default_weight
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
-              "circular": "wrap"}
+_PAD_MODES = ("circular", "constant", "reflect", "replicate")
 
 
 def _tuple(value, n: int, what: str) -> tuple:
     if isinstance(value, int):
         return (value,) * n
     value = tuple(value)
+    if len(value) == 1:  # torch repeats a one-element tuple over the spatial axes
+        return value * n
     if len(value) != n:
         raise ValueError(f"{what} must be an int or a tuple of {n} ints, got {value}")
     return value
 
 
+def _source_indices(mode, lo, hi, size):
+    """Input index of every output position along one axis padded by (lo, hi) (negative crops),
+    torch's rules: replicate clamps, reflect mirrors without repeating the edge, circular wraps
+    what is left after cropping."""
+    if mode == "circular":
+        crop_lo, crop_hi = max(-lo, 0), max(-hi, 0)
+        kept = size - crop_lo - crop_hi
+        if max(lo, hi, 0) > kept or kept <= 0:
+            raise ValueError(f"pad: circular padding ({lo}, {hi}) of an axis of size {size} wraps "
+                             "around more than once")
+        return crop_lo + (np.arange(kept + max(lo, 0) + max(hi, 0)) - max(lo, 0)) % kept
+    j = np.arange(size + lo + hi) - lo
+    if mode == "replicate":
+        return np.clip(j, 0, size - 1)
+    return (size - 1) - np.abs((size - 1) - np.abs(j))  # reflect
+
+
 def pad(input, pad, mode: str = "constant", value=None):
     """PyTorch's F.pad: `pad` lists (left, right) pairs starting from the LAST axis.
 
-    Negative padding crops (constant mode), as in PyTorch.
+    Negative padding crops, as in PyTorch.
     """
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ValueError(f"pad must have an even length of at most 2 * {input.ndim}, got {pad}")
@@ -45,9 +64,18 @@ def pad(input, pad, mode: str = "constant", value=None):
     if mode == "constant":
         fill = jnp.asarray(0 if value is None else value, input.dtype)
         return jax.lax.pad(input, fill, [(lo, hi, 0) for lo, hi in pairs])
-    if any(lo < 0 or hi < 0 for lo, hi in pairs):
-        raise NotImplementedError(f"negative padding with mode={mode!r}")
-    return jnp.pad(input, pairs, mode=_PAD_MODES[mode])
+    out = input
+    for axis, ((lo, hi), size) in enumerate(zip(pairs, input.shape)):
+        if lo == hi == 0:
+            continue
+        if mode == "reflect" and max(lo, hi) >= size:
+            raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the padded "
+                             f"axis (size {size}; input shape {tuple(input.shape)})")
+        if mode == "replicate" and size == 0:
+            raise ValueError(f"pad: replicate padding of an empty axis (input shape "
+                             f"{tuple(input.shape)})")
+        out = jnp.take(out, _source_indices(mode, lo, hi, size), axis=axis)
+    return out
 
 
 def _padding_pairs(padding, kernel, dilation, stride, n):

@@ -8,43 +8,77 @@ from jaxdl.nn._reduction import legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
+def vector_norm(x, p, axis, keepdims: bool = False):
+    """torch.linalg.vector_norm: p = 0 counts the non-zero entries, p = +-inf takes the max/min
+    of |x|; the gradient at a zero vector is 0, as torch's (plain autodiff gives NaN)."""
+    if p == 0:
+        return jnp.sum(x != 0, axis=axis, keepdims=keepdims).astype(x.dtype)
+    if p == float("inf"):
+        return jnp.max(jnp.abs(x), axis=axis, keepdims=keepdims)
+    if p == -float("inf"):
+        return jnp.min(jnp.abs(x), axis=axis, keepdims=keepdims)
+    if p == 1:
+        return jnp.sum(jnp.abs(x), axis=axis, keepdims=keepdims)
+    zero = jnp.all(x == 0, axis=axis, keepdims=True)
+    safe = jnp.where(zero, 1, jnp.abs(x))
+    norm = jnp.where(zero, 0, jnp.sum(safe ** p, axis=axis, keepdims=True) ** (1.0 / p))
+    return norm if keepdims else jnp.squeeze(norm, axis)
+
+
+def _clamp_value(x, low):
+    """max(x, low) in value with the gradient of x, as torch's clamp of a norm under no_grad."""
+    return x + jax.lax.stop_gradient(jnp.maximum(x, low) - x)
+
+
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
-    """x1.x2 / max(|x1| |x2|, eps), PyTorch's clamp of the product of norms."""
-    dot = jnp.sum(x1 * x2, axis=dim)
-    norms = jnp.linalg.norm(x1, axis=dim) * jnp.linalg.norm(x2, axis=dim)
-    return dot / jnp.maximum(norms, eps)
+    """sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) along `dim`, after broadcasting x1 and x2,
+    as torch (which clamps the norms without a gradient)."""
+    x1, x2 = jnp.broadcast_arrays(x1, x2)
+    if x1.ndim == 0:  # torch: 0-d inputs are one-element vectors
+        return cosine_similarity(x1[None], x2[None], 0, eps)
+    n1 = _clamp_value(vector_norm(x1, 2, dim, keepdims=True), eps)
+    n2 = _clamp_value(vector_norm(x2, 2, dim, keepdims=True), eps)
+    return jnp.sum(x1 / n1 * (x2 / n2), axis=dim)
 
 
 def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
-    """|x1 - x2 + eps|_p over the last axis, as PyTorch."""
+    """|x1 - x2 + eps|_p over the last axis, as PyTorch (0-d inputs are one-element vectors)."""
     diff = x1 - x2 + eps
-    if p == float("inf"):
-        return jnp.max(jnp.abs(diff), axis=-1, keepdims=keepdim)
-    return jnp.sum(jnp.abs(diff) ** p, axis=-1, keepdims=keepdim) ** (1.0 / p)
+    if diff.ndim == 0:
+        return vector_norm(diff[None], p, -1, keepdim)
+    return vector_norm(diff, p, -1, keepdim)
 
 
 def pdist(input, p: float = 2.0):
     """Distances between every pair of rows i < j of a 2-d input, in row-major order."""
-    n = input.shape[0]
-    i, j = jnp.triu_indices(n, k=1)
-    diff = input[i] - input[j]
-    if p == float("inf"):
-        return jnp.max(jnp.abs(diff), axis=-1)
-    return jnp.sum(jnp.abs(diff) ** p, axis=-1) ** (1.0 / p)
+    if input.ndim != 2:
+        raise ValueError(f"pdist: input must be 2-d (N, M), got shape {tuple(input.shape)}")
+    if p < 0:
+        raise ValueError(f"pdist: p must be >= 0, got {p}")
+    i, j = jnp.triu_indices(input.shape[0], k=1)
+    return vector_norm(input[i] - input[j], p, -1)
 
 
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                           reduce=None, reduction: str = "mean"):
+    """1 - cos where target == 1, max(0, cos - margin) where target == -1, 0 elsewhere; cos with
+    torch's 1e-12 added to each squared norm."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    cos = cosine_similarity(input1, input2, dim=-1, eps=1e-12)
-    loss = jnp.where(target == 1, 1 - cos, jnp.maximum(0.0, cos - margin))
+    dot = jnp.sum(input1 * input2, axis=-1)
+    squares = (jnp.sum(x * x, axis=-1) + 1e-12 for x in (input1, input2))
+    cos = dot / jnp.sqrt(next(squares) * next(squares))
+    loss = (jnp.where(target == 1, 1 - cos, 0.0)
+            + jnp.where(target == -1, jnp.maximum(cos - margin, 0.0), 0.0))
     return _reduce(loss, reduction)
 
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,
                          reduction: str = "mean"):
+    """max(0, margin - x) where target != 1, plus x where target != -1 (torch's rule, which
+    also defines targets other than +-1)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    loss = jnp.where(target == 1, input, 0.0) + jnp.where(target == -1, jnp.maximum(0.0, margin - input), 0.0)
+    loss = (jnp.where(target != 1, jnp.maximum(margin - input, 0.0), 0.0)
+            + jnp.where(target != -1, input, 0.0))
     return _reduce(loss, reduction)
 
 
@@ -107,7 +141,10 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
     reduction = legacy_reduction(size_average, reduce, reduction)
     if p not in (1, 2):
         raise ValueError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
-    x = input if input.ndim == 2 else input[None]
+    if input.ndim > 2:
+        raise ValueError(f"multi_margin_loss: expected input (C) or (N, C), got shape "
+                         f"{tuple(input.shape)}")
+    x = input if input.ndim == 2 else input.reshape(1, -1)  # a 0-d input is one class
     y = jnp.asarray(target).reshape(-1)
     picked = jnp.take_along_axis(x, y[:, None], axis=1)
     terms = jnp.maximum(0.0, margin - picked + x) ** p
@@ -143,11 +180,12 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     """
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = jnp.asarray(input), jnp.asarray(target)
-    if input.ndim not in (1, 2) or target.shape != input.shape:
+    if input.ndim > 2 or target.shape != input.shape:
         raise ValueError(f"multilabel_margin_loss: expected input (C) or (N, C) and an integer "
                          f"target of the same shape, got {tuple(input.shape)} and "
                          f"{tuple(target.shape)}")
-    x, y = (input, target) if input.ndim == 2 else (input[None], target[None])
+    # a 0-d input is one class
+    x, y = (input, target) if input.ndim == 2 else (input.reshape(1, -1), target.reshape(1, -1))
     classes = x.shape[1]
     listed = jnp.cumprod(y >= 0, axis=1).astype(bool)  # (N, J): entries before the first -1
     safe = jnp.where(listed, y, 0)

@@ -7,14 +7,8 @@ from jaxdl import _random
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
-
-
-def _refuse(max_norm, scale_grad_by_freq, sparse, where):
-    # max_norm renormalises the weight in place; the others change gradient semantics.
-    for name, value in (("max_norm", max_norm), ("scale_grad_by_freq", scale_grad_by_freq),
-                        ("sparse", sparse)):
-        if value:
-            raise NotImplementedError(f"{where}({name}={value!r})")
+from jaxdl._tracing import is_traced
+from jaxdl.nn._distance import vector_norm
 
 
 def _check_indices(input, where):
@@ -22,8 +16,24 @@ def _check_indices(input, where):
         raise TypeError(f"{where}: expected integer indices, got dtype {jnp.asarray(input).dtype}")
 
 
-def _lookup(input, weight, padding_idx):
+def _identity_gradient(value, x):
+    """`value` forward, the gradient of `x` backward (for changes torch makes without grad)."""
+    return jax.lax.stop_gradient(value) + (x - jax.lax.stop_gradient(x))
+
+
+def _lookup(input, weight, padding_idx, max_norm=None, norm_type=2.0, scale_grad_by_freq=False):
+    """weight[input] with torch's options. padding_idx rows get no gradient. max_norm: rows whose
+    norm_type-norm exceeds it are scaled to max_norm (torch does this to `weight` in place and
+    without gradient; here the looked-up rows are scaled and `weight` stays as it is).
+    scale_grad_by_freq: each row's gradient is divided by how often its index occurs in input."""
     out = jnp.take(weight, input, axis=0)
+    if max_norm is not None:
+        norms = vector_norm(out, norm_type, -1, keepdims=True)
+        scale = jnp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+        out = _identity_gradient(out * scale, out)
+    if scale_grad_by_freq:
+        counts = jnp.zeros(weight.shape[0], out.dtype).at[input].add(1.0)[input]
+        out = jax.lax.stop_gradient(out) + (out - jax.lax.stop_gradient(out)) / counts[..., None]
     if padding_idx is None:
         return out
     # The padding row gets no gradient, as in PyTorch.
@@ -33,19 +43,33 @@ def _lookup(input, weight, padding_idx):
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
               scale_grad_by_freq=False, sparse=False):
-    """Rows of `weight` (num_embeddings, dim) at integer `input`; padding_idx rows get no grad."""
-    _refuse(max_norm, scale_grad_by_freq, sparse, "F.embedding")
+    """Rows of `weight` (num_embeddings, dim) at integer `input`; padding_idx rows get no grad.
+
+    `sparse=True` is accepted and gives the same dense gradient (JAX has no sparse gradients).
+    """
     _check_indices(input, "F.embedding")
+    if weight.ndim != 2:
+        raise ValueError(f"F.embedding: weight must be 2-d (num_embeddings, dim), got shape "
+                         f"{tuple(weight.shape)}")
     if padding_idx is not None and padding_idx < 0:
         padding_idx += weight.shape[0]
-    return _lookup(jnp.asarray(input), weight, padding_idx)
+    return _lookup(jnp.asarray(input), weight, padding_idx, max_norm, norm_type, scale_grad_by_freq)
 
 
 def one_hot(tensor, num_classes=-1):
     """int32 one-hot encoding (PyTorch returns int64); num_classes=-1 needs concrete input."""
     tensor = jnp.asarray(tensor)
+    _check_indices(tensor, "F.one_hot")
     if num_classes < 0:
+        if is_traced(tensor):
+            raise ValueError("F.one_hot: num_classes=-1 reads the largest index, which a traced "
+                             "input does not have: pass num_classes")
+        if not tensor.size:
+            raise ValueError("F.one_hot: can not infer num_classes from an empty tensor")
         num_classes = int(jnp.max(tensor)) + 1
+    if tensor.size and not is_traced(tensor) and not (
+            0 <= int(jnp.min(tensor)) and int(jnp.max(tensor)) < num_classes):
+        raise ValueError(f"F.one_hot: class values must be in [0, num_classes={num_classes})")
     return jax.nn.one_hot(tensor, num_classes, dtype=jnp.int32)
 
 
@@ -56,9 +80,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
 
     Bags are the rows of a 2-d `input`, or the segments of a 1-d `input` that
     start at `offsets`. Empty bags give zeros; `padding_idx` entries are
-    skipped (not counted by 'mean').
+    skipped (not counted by 'mean'). max_norm, scale_grad_by_freq and sparse as in `embedding`.
     """
-    _refuse(max_norm, scale_grad_by_freq, sparse, "F.embedding_bag")
     _check_indices(input, "F.embedding_bag")
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"mode={mode!r}; use 'sum', 'mean' or 'max'")
@@ -88,7 +111,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         padding_idx += weight.shape[0]
     valid = jnp.ones(flat.shape, bool) if padding_idx is None else flat != padding_idx
     segment = jnp.where(valid, segment, bags)  # skipped entries go to a dropped extra bag
-    rows = jnp.take(weight, flat, axis=0)
+    if scale_grad_by_freq and mode == "max":
+        raise ValueError("F.embedding_bag: scale_grad_by_freq is not supported with mode='max'")
+    rows = _lookup(flat, weight, None, max_norm, norm_type, scale_grad_by_freq)
     if psw is not None:
         rows = rows * psw[:, None].astype(rows.dtype)
     if mode == "max":
@@ -100,6 +125,14 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         counts = jax.ops.segment_sum(jnp.ones(flat.shape, rows.dtype), segment, bags + 1)[:bags]
         out = out / jnp.maximum(counts, 1.0)[:, None]
     return out
+
+
+def _refuse_max_norm(max_norm, where):
+    if max_norm is not None:
+        raise NotImplementedError(
+            f"{where}(max_norm={max_norm!r}): torch renormalises the stored weight in place at "
+            "each lookup, and arrays are immutable here; F.embedding(input, module.weight, "
+            "max_norm=...) renormalises the looked-up rows")
 
 
 def _table(num_embeddings, embedding_dim, padding_idx, weight, dtype, key):
@@ -118,7 +151,7 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
                  _freeze=False, device=None, dtype=None, *, key=None):
         super().__init__()
-        _refuse(max_norm, scale_grad_by_freq, sparse, "Embedding")
+        _refuse_max_norm(max_norm, "Embedding")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"padding_idx {padding_idx} must be within num_embeddings "
@@ -126,6 +159,7 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx, self.max_norm = padding_idx, max_norm
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse  # sparse: dense gradient
         weight = _table(num_embeddings, embedding_dim, padding_idx, _weight, dtype, key)
         self.weight = Parameter(weight, requires_grad=not _freeze)
 
@@ -137,7 +171,8 @@ class Embedding(Module):
     def forward(self, input):
         if not jnp.issubdtype(input.dtype, jnp.integer):
             raise self._input_error("integer indices, dtype", "int*", input.dtype)
-        return _lookup(input, self.weight, self.padding_idx)
+        return _lookup(input, self.weight, self.padding_idx,
+                       scale_grad_by_freq=self.scale_grad_by_freq)
 
     def extra_repr(self):
         s = f"{self.num_embeddings}, {self.embedding_dim}"
@@ -150,13 +185,14 @@ class EmbeddingBag(Module):
                  include_last_offset=False, padding_idx=None, device=None, dtype=None, *,
                  key=None):
         super().__init__()
-        _refuse(max_norm, scale_grad_by_freq, sparse, "EmbeddingBag")
+        _refuse_max_norm(max_norm, "EmbeddingBag")
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode={mode!r}; use 'sum', 'mean' or 'max'")
         if padding_idx is not None:
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse  # sparse: dense gradient
         self.weight = Parameter(_table(num_embeddings, embedding_dim, padding_idx, _weight, dtype, key))
 
     def forward(self, input, offsets=None, per_sample_weights=None):
@@ -165,6 +201,7 @@ class EmbeddingBag(Module):
         if not jnp.issubdtype(input.dtype, jnp.integer):
             raise self._input_error("integer indices, dtype", "int*", input.dtype)
         return embedding_bag(input, self.weight, offsets, mode=self.mode,
+                             scale_grad_by_freq=self.scale_grad_by_freq,
                              per_sample_weights=per_sample_weights,
                              include_last_offset=self.include_last_offset,
                              padding_idx=self.padding_idx)

@@ -15,6 +15,7 @@ from jaxdl import amp
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._transforms import data_axis
+from jaxdl.nn._distance import vector_norm
 
 
 def _f32(x):
@@ -63,6 +64,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """PyTorch's F.batch_norm output. Arrays are immutable: the running statistics are NOT
     updated here (use nn.BatchNorm*d, which writes them back as module state)."""
     input = amp.full(input)
+    if input.ndim < 2:
+        if input.size == 0:  # torch passes an empty 1-d input through
+            return input
+        raise ValueError(f"batch_norm: expected input (N, C, ...) of at least 2 dimensions, got "
+                         f"shape {tuple(input.shape)}")
     if training or running_mean is None:
         mean, var, _ = _batch_stats(input)
     else:
@@ -125,9 +131,10 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
-    """x / max(||x||_p along dim, eps)."""
-    norm = jnp.sum(jnp.abs(input) ** p, axis=dim, keepdims=True) ** (1.0 / p)
-    return input / jnp.maximum(norm, eps)
+    """x / max(||x||_p along dim, eps) (p = 0 counts non-zero entries, as torch)."""
+    if input.ndim == 0:  # torch: a 0-d input is a one-element vector
+        return normalize(input[None], p, 0, eps)[0]
+    return input / jnp.maximum(vector_norm(input, p, dim, keepdims=True), eps)
 
 
 def _register_affine(module, shape, dtype, weight: bool = True, bias: bool = True):

@@ -239,10 +239,10 @@ def _avg_poolnd(n, input, kernel_size, stride, padding, ceil_mode, count_include
     if divisor_override:
         return total / divisor_override
     spatial = input.shape[input.ndim - n:]
-    divisor = np.ones((), np.float32)
+    divisor = np.ones(())
     for L, o, ki, si, (pi, _) in zip(spatial, outs, k, s, pairs):
         divisor = np.multiply.outer(divisor, _avg_divisor(L, o, ki, si, pi, count_include_pad))
-    return (total / divisor.astype(np.float32)).astype(input.dtype)
+    return (total / divisor.astype(jnp.promote_types(input.dtype, jnp.float32))).astype(input.dtype)
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -308,7 +308,7 @@ def _adaptive_avg(input, n, output_size):
     x = input
     for axis, o in zip(range(input.ndim - n, input.ndim), _adaptive_sizes(input, n, output_size)):
         bins = _adaptive_bins(x.shape[axis], o)
-        weights = (bins / bins.sum(1, keepdims=True)).astype(np.float32)
+        weights = bins / bins.sum(1, keepdims=True)  # float64, cast to the input's dtype
         x = jnp.moveaxis(jnp.tensordot(x, weights.T.astype(x.dtype), axes=([axis], [0])), -1,
                          axis)
     return x

@@ -104,9 +104,10 @@ def test_pad_matches_torch(mode, rng):
     pads = (1, 2, 2, 0)
     expected = torch.nn.functional.pad(torch.tensor(x), pads, mode=mode)
     assert_close(F.pad(x, pads, mode=mode), expected, mode)
-    if mode == "constant":  # negative padding crops, value fills
-        expected = torch.nn.functional.pad(torch.tensor(x), (-1, 2), value=3.0)
-        assert_close(F.pad(x, (-1, 2), value=3.0), expected, "crop")
+    # negative padding crops (then the other side is padded from what is left)
+    kwargs = {"value": 3.0} if mode == "constant" else {"mode": mode}
+    expected = torch.nn.functional.pad(torch.tensor(x), (-1, 2, 1, -2), **kwargs)
+    assert_close(F.pad(x, (-1, 2, 1, -2), **kwargs), expected, f"{mode} crop")
 
 
 @pytest.mark.parametrize("name,args", [("Conv2d", (6, 8, 3)), ("Conv1d", (4, 6, 5)),
@@ -136,6 +137,12 @@ def test_bad_input_names_module_and_shapes(rng):
         nn.Conv2d(3, 4, 3, padding_mode="mirror")
     with pytest.raises(NotImplementedError, match="mode='bogus'"):
         F.pad(rand(rng, 2, 3), (1, 1), mode="bogus")
+    with pytest.raises(ValueError, match="reflect padding .* smaller than the padded axes"):
+        F.pad(rand(rng, 2, 3), (3, 0), mode="reflect")
+    # a one-element padding tuple is repeated over the spatial axes, as torch does
+    x, w = rand(rng, 1, 2, 5, 5), rand(rng, 3, 2, 3, 3)
+    expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=(1,))
+    assert_close(F.conv2d(x, w, padding=(1,)), expected, "padding=(1,)")
 
 
 @pytest.mark.parametrize("pad", [0, 2])

@@ -1,8 +1,11 @@
 """Embedding, EmbeddingBag and one_hot against PyTorch."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from functional_oracle import check_functional
 from torch_twin import check_twin, pair, rand
 
 import jaxdl.nn.functional as F
@@ -31,6 +34,37 @@ def test_embedding_bag_matches_torch(mode, rng):
     check_twin(t, j, [flat, np.array([0, 2, 5, 10])], modes=("train",))
 
 
+@pytest.mark.parametrize("opts", [{"max_norm": 1.5}, {"max_norm": 0.5, "norm_type": 1.0},
+                                  {"scale_grad_by_freq": True, "padding_idx": 1},
+                                  {"sparse": True}])
+def test_embedding_options_match_torch(opts, rng):
+    """max_norm: the looked-up rows renormalised, the gradient as torch's (taken after its
+    in-place renormalisation); scale_grad_by_freq; sparse gives torch's gradient, dense."""
+    weight, idx = rand(rng, 7, 4) * 2, rng.integers(0, 7, (3, 5))
+    idx[0, :3] = [2, 6, 2]
+    dense = {k: v for k, v in opts.items() if k != "sparse"}  # torch's sparse gradient, densely
+    check_functional(lambda w, i: F.embedding(i, w, **opts),
+                     lambda w, i: torch.nn.functional.embedding(i, w, **dense), [weight], [idx])
+
+
+@pytest.mark.parametrize("opts", [{"max_norm": 1.0, "mode": "mean"},
+                                  {"scale_grad_by_freq": True, "mode": "sum"}])
+def test_embedding_bag_options_match_torch(opts, rng):
+    check_functional(lambda w, i, o: F.embedding_bag(i, w, o, **opts),
+                     lambda w, i, o: torch.nn.functional.embedding_bag(i, w, o, **opts),
+                     [rand(rng, 9, 3) * 2], [rng.integers(0, 9, (10,)), np.array([0, 3, 3, 7])])
+
+
+def test_embedding_modules_scale_grad_by_freq_match_torch(rng):
+    idx = rng.integers(0, 5, (4, 3))
+    check_twin(*pair("Embedding", 5, 3, scale_grad_by_freq=True), [idx], modes=("train",))
+    assert nn.Embedding(5, 3, sparse=True).sparse  # accepted; its gradient is dense
+    check_twin(*pair("EmbeddingBag", 5, 3, mode="sum", scale_grad_by_freq=True), [idx],
+               modes=("train",))
+    with pytest.raises(NotImplementedError, match="renormalises the stored weight"):
+        nn.EmbeddingBag(5, 2, max_norm=1.0)
+
+
 def test_embedding_bag_per_sample_weights(rng):
     t, j = pair("EmbeddingBag", 6, 3, mode="sum")
     check_twin(t, j, [rng.integers(0, 6, (7,)), np.array([0, 4]), rand(rng, 7)],
@@ -48,6 +82,10 @@ def test_one_hot_and_errors(rng):
         model(rand(rng, 3))
     with pytest.raises(NotImplementedError, match="max_norm"):
         nn.Embedding(5, 2, max_norm=1.0)
+    with pytest.raises(ValueError, match="num_classes=-1 .* pass num_classes"):
+        jax.jit(F.one_hot)(jnp.asarray(idx))
+    with pytest.raises(ValueError, match=r"class values must be in \[0, num_classes=3\)"):
+        F.one_hot(idx, 3)
     with pytest.raises(NotImplementedError, match="antialias"):
         F.interpolate(rand(rng, 1, 1, 4, 4), size=2, mode="bilinear", antialias=True)
     with pytest.raises(nn.ShapeError, match=r"Bilinear.*size 3 on axis 1"):

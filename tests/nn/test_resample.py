@@ -17,6 +17,11 @@ import jaxdl.nn.functional as F
     ("bilinear", True, (2, 3, 5, 7), {"size": (9, 3)}),
     ("bilinear", False, (1, 1, 4, 4), {"scale_factor": 1.5}),
     ("linear", True, (2, 2, 6), {"size": 1}),
+    ("bicubic", False, (2, 3, 5, 7), {"size": (9, 4)}),
+    ("bicubic", True, (1, 2, 4, 6), {"size": (7, 3)}),
+    ("bicubic", False, (1, 1, 4, 5), {"scale_factor": 1.7}),
+    ("area", None, (2, 3, 7, 5), {"size": (3, 4)}),
+    ("area", None, (1, 2, 9), {"size": 4}),
 ])
 def test_interpolate_matches_torch(mode, align, shape, kw, rng):
     x = rand(rng, *shape)
