@@ -3,8 +3,10 @@ jaxdl.nn.functional: values, and gradients (jax.vjp against torch autograd, one 
 cotangent per output) for differentiable float samples, in float32, float64 (x64 enabled inside
 that test only) and bfloat16 (looser tolerance).
 
-Every sample that is not compared, or that differs from torch, is listed in EXEMPT with its
-reason; an exemption that no longer applies fails the test, so the table stays true.
+Every sample that differs from torch is listed in EXEMPT with its reason. Samples of random
+ops are compared only where torch's output does not depend on the seed. Output dtypes are
+compared by kind (integer or float): indices are int32 here, and without x64 JAX computes a
+requested float64 in float32.
 `python tests/nn/test_opinfo.py` prints the match rates.
 """
 
@@ -27,7 +29,7 @@ from torch.testing._internal.common_methods_invocations import op_db  # noqa: E4
 
 # samples replayed per op and dtype: the first few (more with JAXDL_OPINFO_SAMPLES=N; the match
 # rates in docs/layers.md are for 12)
-SAMPLES_PER_OP = {"float32": 4, "float64": 2, "bfloat16": 2}
+SAMPLES_PER_OP = {"float32": 3, "float64": 1, "bfloat16": 1}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 # max |ours - torch| <= tol * max(1, max |torch|), for values and for gradients
 TOLERANCE = {"float32": (1e-5, 1e-4), "float64": (1e-10, 1e-9), "bfloat16": (2e-2, 5e-2)}
