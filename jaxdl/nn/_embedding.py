@@ -80,7 +80,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
 
     Bags are the rows of a 2-d `input`, or the segments of a 1-d `input` that
     start at `offsets`. Empty bags give zeros; `padding_idx` entries are
-    skipped (not counted by 'mean'). max_norm, scale_grad_by_freq and sparse as in `embedding`.
+    skipped (not counted by 'mean'). max_norm and sparse as in `embedding`.
     """
     _check_indices(input, "F.embedding_bag")
     if mode not in ("sum", "mean", "max"):
@@ -111,9 +111,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         padding_idx += weight.shape[0]
     valid = jnp.ones(flat.shape, bool) if padding_idx is None else flat != padding_idx
     segment = jnp.where(valid, segment, bags)  # skipped entries go to a dropped extra bag
-    if scale_grad_by_freq and mode == "max":
-        raise ValueError("F.embedding_bag: scale_grad_by_freq is not supported with mode='max'")
-    rows = _lookup(flat, weight, None, max_norm, norm_type, scale_grad_by_freq)
+    if scale_grad_by_freq:  # torch's bag backward counts differently from embedding's (unchecked)
+        raise NotImplementedError("F.embedding_bag(scale_grad_by_freq=True)")
+    rows = _lookup(flat, weight, None, max_norm, norm_type)
     if psw is not None:
         rows = rows * psw[:, None].astype(rows.dtype)
     if mode == "max":
@@ -186,6 +186,8 @@ class EmbeddingBag(Module):
                  key=None):
         super().__init__()
         _refuse_max_norm(max_norm, "EmbeddingBag")
+        if scale_grad_by_freq:
+            raise NotImplementedError("EmbeddingBag(scale_grad_by_freq=True)")
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode={mode!r}; use 'sum', 'mean' or 'max'")
         if padding_idx is not None:
@@ -201,7 +203,6 @@ class EmbeddingBag(Module):
         if not jnp.issubdtype(input.dtype, jnp.integer):
             raise self._input_error("integer indices, dtype", "int*", input.dtype)
         return embedding_bag(input, self.weight, offsets, mode=self.mode,
-                             scale_grad_by_freq=self.scale_grad_by_freq,
                              per_sample_weights=per_sample_weights,
                              include_last_offset=self.include_last_offset,
                              padding_idx=self.padding_idx)
