@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl import _convert
-from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join
+from jaxdl import _convert, _trace_state
+from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join, observe
 
-_no_grad_depth = 0
+_trace_state.declare("no_grad", 0)  # depth of nested no_grad blocks
 
 
 class no_grad(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
@@ -26,18 +26,16 @@ class no_grad(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
     """
 
     def __enter__(self):
-        global _no_grad_depth
-        _no_grad_depth += 1
+        _trace_state.set("no_grad", _trace_state.get("no_grad") + 1)
         return self
 
     def __exit__(self, *exc):
-        global _no_grad_depth
-        _no_grad_depth -= 1
+        _trace_state.set("no_grad", _trace_state.get("no_grad") - 1)
         return False
 
 
 def grad_enabled() -> bool:
-    return _no_grad_depth == 0
+    return _trace_state.get("no_grad") == 0
 
 
 class Parameter:
@@ -72,6 +70,8 @@ class Buffer:
 class ShapeError(ValueError):
     """A module received an input of the wrong shape or dtype."""
 
+
+_DELETED = ("deleted",)  # the setting token of a deleted attribute
 
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -121,6 +121,7 @@ class Module(Stateful):
         d["_modules"] = {}
         d["training"] = True
         d["_path"] = ""
+        store.settings[(id(self), "training")] = _trace_state.token(True)
 
     # ---- store plumbing -------------------------------------------------------------------
     def _rebase(self, store, offset):
@@ -247,23 +248,33 @@ class Module(Stateful):
             self._store.bump()
         else:
             object.__setattr__(self, name, value)
+            # A setting (hyper-parameter, flag, hook): the next compiled call follows it.
+            if "_store" in self.__dict__:
+                self._store.configure([((id(self), name), _trace_state.token(value))])
+
+    def _set_call_hook(self, hook, memory=None):
+        """Replace the call hook (`jaxdl.memory`'s policies) and the memory state it reads."""
+        self._call_hook = hook
+        self._memory = memory
 
     def __delattr__(self, name):
         if name in self._slots or name in self._modules:
             self._forget(name)
         else:
             object.__delattr__(self, name)
+            self._store.configure([((id(self), name), _DELETED)])
 
     # ---- calling --------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
+        observe(self._store)  # inside dl.jit, this tree's settings are part of the cache key
         # `jaxdl.memory.offload` sets a per-instance call hook (tag the input, or run the
         # root's forward under a `jax.checkpoint` policy); one dict lookup when unset.
         hook = self.__dict__.get("_call_hook")
         out = self.forward(*args, **kwargs) if hook is None else hook(self, args, kwargs)
-        if _no_grad_depth:
+        if _trace_state.get("no_grad"):
             out = jax.tree.map(jax.lax.stop_gradient, out)
         return out
 
@@ -429,16 +440,11 @@ class Module(Stateful):
 
     # ---- modes and conversions ------------------------------------------------------------
     def train(self, mode: bool = True):
-        before = self._mode_signature()
+        token = _trace_state.token(bool(mode))
         for module in self.modules():
             module.__dict__["training"] = bool(mode)
-        self._store.switch_mode(before, self._mode_signature())
+        self._store.configure([((id(m), "training"), token) for m in self.modules()])
         return self
-
-    def _mode_signature(self):
-        """The train/eval flag of every module sharing this tree's store."""
-        return frozenset((id(owner), owner.training) for owner in self._store.owners
-                         if isinstance(owner, Module))
 
     def eval(self):
         return self.train(False)

@@ -6,9 +6,14 @@ only slot indices. `dl.jit` hands the whole list to the compiled function and
 swaps in the returned one: O(1) Python work per step, however many arrays.
 
 `version` changes whenever something a trace depends on changes (a slot added,
-a shape or dtype changed, train/eval, freezing), so compiled code is reused
-exactly while it is still valid. Switching modes (train/eval) goes back to the
-version that mode had, so alternating them does not compile again.
+a shape or dtype changed, freezing, or a setting: any non-array attribute of a
+module, train/eval included, see `_trace_state.py`), so compiled code is reused
+exactly while it is still valid. Settings going back to values they had go back
+to the version they had, so alternating train/eval does not compile again.
+
+Arrays handed out to the user (attribute reads, `state_dict()`, `parameters()`)
+are remembered in `lent`: `dl.jit` donates a copy of those slots instead, so a
+kept array stays readable and keeps its value after later compiled steps.
 """
 
 import itertools
@@ -18,6 +23,7 @@ import jax
 import numpy as np
 
 PARAM, BUFFER, RNG, STATE = "param", "buffer", "rng", "state"
+_UNSET = object()
 
 _versions = itertools.count(1)
 
@@ -36,7 +42,10 @@ class Store:
         self.shardings: dict[int, jax.sharding.Sharding] = {}  # slots placed by fully_shard
         self.owners = weakref.WeakSet()
         self.version = next(_versions)
-        self._modes: dict = {}  # mode signature -> its version, since the last bump()
+        self.settings: dict = {}  # (id(owner), attribute) -> _trace_state.token(value)
+        self._signature = None  # frozenset(settings.items()) at `version`, when known
+        self._by_settings: dict = {}  # settings signature -> its version, since the last bump()
+        self.lent: set[int] = set()  # slots whose current array the user may hold
         self.merged_into: Store | None = None
 
     def live(self) -> "Store":
@@ -48,14 +57,22 @@ class Store:
 
     def bump(self):
         self.version = next(_versions)
-        self._modes.clear()
+        self._signature = None
+        self._by_settings.clear()
 
-    def switch_mode(self, before, after):
-        """Record that a mode signature (e.g. the train/eval flags) went from `before` to
-        `after` without changing the structure: the version becomes the one `after` had,
-        or a new one."""
-        self._modes.setdefault(before, self.version)
-        self.version = self._modes.setdefault(after, next(_versions))
+    def configure(self, changes):
+        """Apply settings `[((id(owner), attribute), token)]`; when any differs, the version
+        becomes the one these settings had (since the last structural change) or a new one."""
+        settings = self.settings
+        changed = [(key, token) for key, token in changes if settings.get(key, _UNSET) != token]
+        if not changed:
+            return
+        if self._signature is None:
+            self._signature = frozenset(settings.items())
+        self._by_settings.setdefault(self._signature, self.version)
+        settings.update(changed)
+        self._signature = frozenset(settings.items())
+        self.version = self._by_settings.setdefault(self._signature, next(_versions))
 
     def add(self, value, kind: str, trainable: bool = False) -> int:
         self.values.append(value)
@@ -67,6 +84,8 @@ class Store:
     def read(self, index: int):
         if _contexts:
             _check_visible(self)
+        else:
+            self.lent.add(index)
         return self.values[index]
 
     def write(self, index: int, value):
@@ -87,6 +106,8 @@ class Store:
         self.kinds.extend(other.kinds)
         self.trainable.extend(other.trainable)
         self.shardings.update({i + offset: s for i, s in other.shardings.items()})
+        self.settings.update(other.settings)
+        self.lent.update(i + offset for i in other.lent)
         for owner in list(other.owners):
             owner._rebase(self, offset)
             self.owners.add(owner)
@@ -109,6 +130,10 @@ def join(*stores: Store) -> Store:
 # constant (stale weights) or leak tracers on write; instead the outermost such
 # context learns it and traces again.
 _contexts: list[set] = []
+# The contexts among them whose compiled result is cached (dl.jit): a module called
+# inside must have its store in the cache key even when it holds no arrays (a loss
+# module's hyper-parameters, captured by a closure), so it is threaded too.
+_keyed: list[set] = []
 
 
 class UnthreadedStore(Exception):  # noqa: N818 - control flow, never reaches users
@@ -124,18 +149,31 @@ def _check_visible(store: Store):
             raise UnthreadedStore(store, context)
 
 
-class tracing_context:  # noqa: N801 - used like a function
-    """Marks `stores` as threaded through the trace running inside this block."""
+def observe(store: Store):
+    """A module of `store` is called inside the running trace (a no-op outside traces)."""
+    for context in _keyed:
+        if store not in context:
+            raise UnthreadedStore(store, context)
 
-    def __init__(self, stores):
+
+class tracing_context:  # noqa: N801 - used like a function
+    """Marks `stores` as threaded through the trace running inside this block; `keyed`
+    when the trace is cached under the stores' versions (dl.jit)."""
+
+    def __init__(self, stores, keyed: bool = False):
         self.stores = set(stores)
+        self.keyed = keyed
 
     def __enter__(self):
         _contexts.append(self.stores)
+        if self.keyed:
+            _keyed.append(self.stores)
         return self.stores
 
     def __exit__(self, *exc):
         _contexts.pop()
+        if self.keyed:
+            _keyed.pop()
         return False
 
 

@@ -11,7 +11,7 @@ import functools
 
 import jax
 
-from jaxdl import _module, _xla_options, amp, backends
+from jaxdl import _module, _trace_state, _xla_options
 from jaxdl._gradients import Gradients
 from jaxdl._store import Stateful, UnthreadedStore, tracing_context
 
@@ -31,9 +31,10 @@ def _swap_in(stores, values):
     return previous
 
 
-def _run_threaded(fn, stores, values):
-    """Run `fn()` with `stores` holding `values`; returns (output, values after)."""
-    with tracing_context(stores):
+def _run_threaded(fn, stores, values, keyed: bool = False):
+    """Run `fn()` with `stores` holding `values`; returns (output, values after).
+    `keyed`: the trace is cached under the stores' versions (see `_store.observe`)."""
+    with tracing_context(stores, keyed):
         previous = _swap_in(stores, values)
         try:
             out = fn()
@@ -74,6 +75,24 @@ def _retrying(call, stores: list):
             if err.context != threaded:
                 raise
             stores.append(err.store)
+
+
+def _copy_arrays(values):
+    return [jax.numpy.copy(v) for v in values]
+
+
+_copy_jit = jax.jit(_copy_arrays)
+
+
+def _unlend(store):
+    """Before donating `store`: the arrays handed out to the user are replaced in the store
+    by copies (one compiled call), so the user's keep their buffer and their value."""
+    lent = sorted(store.lent)
+    store.lent.clear()
+    values = store.values
+    copies = _copy_jit([values[i] for i in lent])
+    for i, copy in zip(lent, copies):
+        values[i] = copy
 
 
 def _commit(stores, values):
@@ -159,9 +178,7 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
             else:
                 dyn_kwargs[name] = value
         key.extend((id(store), store.version) for store in stores)
-        key.append(_module._no_grad_depth)
-        key.append(amp.policy_key())
-        key.append(backends.cpu.trace_key())
+        key.append(_trace_state.key())
         key = tuple(key)
         compiled = self._cache.get(key)
         if compiled is None:
@@ -170,6 +187,10 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
             if len(self._cache) > self._MAX_CACHE:
                 self._cache.popitem(last=False)
         dynamic, dyn_kwargs = self._prepare(stores, dynamic, dyn_kwargs)
+        if self.donate:
+            for store in stores:
+                if store.lent:
+                    _unlend(store)
         out, values = compiled([store.values for store in stores], dynamic, dyn_kwargs)
         _commit(stores, values)
         return out
@@ -183,11 +204,12 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
         fixed_kwargs = {k: v for k, v in kwargs.items() if k not in dyn_kwargs}
 
         def pure(store_values, dyn_args, dyn_kw):
-            self.trace_count += 1
             call_args = [a if d is None else d for a, d in zip(fixed_args, dyn_args)]
-            return _run_threaded(
-                lambda: self.fn(*call_args, **fixed_kwargs, **dyn_kw), stores, store_values
+            result = _run_threaded(
+                lambda: self.fn(*call_args, **fixed_kwargs, **dyn_kw), stores, store_values, True
             )
+            self.trace_count += 1  # complete traces only (one that found a new store restarts)
+            return result
 
         return jax.jit(self._wrap(pure, dynamic, dyn_kwargs), donate_argnums=(0,) if self.donate else (),
                        compiler_options=_xla_options.xla_compiler_options())
@@ -205,7 +227,9 @@ def _grad_targets(args, argnums):
         if isinstance(arg, _module.Module):
             slots = arg._trainable_slots()
             values = arg._store.values
-            targets.append(Gradients({name: values[index] for name, index in slots.items()}, slots))
+            targets.append(
+                Gradients({name: values[index] for name, index in slots.items()}, slots, arg._store)
+            )
             slot_maps.append(slots)
         else:
             targets.append(arg)

@@ -3,8 +3,9 @@
 autocast follows PyTorch's CUDA op lists: matmul-like ops (linear, conv,
 attention matmuls) compute in the low dtype; softmax, log_softmax, norms and
 losses in float32; parameters stay float32. The functional ops ask this module
-with `amp.lower(...)` / `amp.full(...)`; `dl.jit` keys its cache on
-`amp.policy_key()`, so entering autocast compiles a separate version.
+with `amp.lower(...)` / `amp.full(...)`; the active dtype is the "autocast" entry
+of the trace-state registry (`_trace_state.py`), so entering autocast compiles a
+separate version under `dl.jit`.
 
 PyTorch's CPU autocast lists differ (softmax, log_softmax and the norms stay
 bfloat16 there); jaxdl uses the CUDA lists on every backend.
@@ -15,15 +16,17 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
+from jaxdl import _trace_state
 from jaxdl._convert import as_dtype
 from jaxdl._store import STATE, Stateful, Store
 from jaxdl._tracing import is_traced
 
 _policy: list = []  # stack of active dtypes (None where autocast(enabled=False))
+_trace_state.declare("autocast", None)
 
 
 def policy_key():
-    """The active autocast dtype's name (None when off): part of `dl.jit`'s cache key."""
+    """The active autocast dtype's name (None when off), as the trace-state registry keeps it."""
     dtype = _policy[-1] if _policy else None
     return None if dtype is None else jnp.dtype(dtype).name
 
@@ -76,10 +79,12 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
 
     def __enter__(self):
         _policy.append(self.dtype if self.enabled else None)
+        _trace_state.set("autocast", policy_key())
         return self
 
     def __exit__(self, *exc):
         _policy.pop()
+        _trace_state.set("autocast", policy_key())
         return False
 
 

@@ -63,17 +63,15 @@ class _RestoredHooks:
     """Puts back the call hooks and offload state of a module tree on exit."""
 
     def __init__(self, model):
-        self.saved = [(m, {k: m.__dict__[k] for k in ("_call_hook", "_memory")
-                           if k in m.__dict__}) for m in model.modules()]
+        self.saved = [(m, m.__dict__.get("_call_hook"), m.__dict__.get("_memory"))
+                      for m in model.modules()]
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        for module, entries in self.saved:
-            module.__dict__.pop("_call_hook", None)
-            module.__dict__.pop("_memory", None)
-            module.__dict__.update(entries)
+        for module, hook, memory in self.saved:
+            module._set_call_hook(hook, memory)
 
 
 def _sum_loss(output):

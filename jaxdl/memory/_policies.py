@@ -1,6 +1,6 @@
 """vDNN policies: tag every layer's input with its path, run the model under a checkpoint policy.
 
-`offload(model, policy)` installs two kinds of per-instance call hooks (see
+`offload(model, policy)` (in `_offload.py`) installs two kinds of per-instance call hooks (see
 `Module.__call__`):
 - on every layer (a module without children): its first input is tagged with
   `checkpoint_name(x, layer path)`; every module's forward runs in
@@ -138,7 +138,7 @@ class OffloadState:
 
 def _root_call(module, args, kwargs):
     """Call hook of the root: its forward under `dl.checkpoint` with the policy's names."""
-    state = module.__dict__["_memory"]
+    state = module._memory
     inner = _hook_for(module)
 
     def run(model, *inputs):
@@ -154,15 +154,9 @@ def _root_call(module, args, kwargs):
 def install(model: Module, configuration: str, state: OffloadState | None):
     """Set (or with "none", clear) the call hooks over `model`'s tree."""
     for module in model.modules():
-        d = module.__dict__
-        d.pop("_call_hook", None)
-        d.pop("_memory", None)
-        if configuration != "none":
-            d["_call_hook"] = _hook_for(module)
-    if configuration != "none":
-        model.__dict__["_call_hook"] = _root_call
-    if state is not None:
-        model.__dict__["_memory"] = state
+        if module is not model:
+            module._set_call_hook(None if configuration == "none" else _hook_for(module))
+    model._set_call_hook(None if configuration == "none" else _root_call, state)
 
 
 def tagged(model: Module):
@@ -172,60 +166,20 @@ def tagged(model: Module):
 
 class _Tagging:
     def __init__(self, model):
-        self.layers = [m for m in model.modules() if "_call_hook" not in m.__dict__]
+        self.layers = [m for m in model.modules() if m.__dict__.get("_call_hook") is None]
 
     def __enter__(self):
         for m in self.layers:
-            m.__dict__["_call_hook"] = _hook_for(m)
+            m._set_call_hook(_hook_for(m), m.__dict__.get("_memory"))
 
     def __exit__(self, *exc):
         for m in self.layers:
-            m.__dict__.pop("_call_hook", None)
-
-
-def offload(model: Module, policy: str = "all", *, budget_bytes: int | None = None,
-            example_inputs=None, **planner_options) -> Module:
-    """Make `model`'s forward follow a vDNN memory policy, wherever it is called.
-
-    Arguments:
-        model: the root module; it is returned itself, with unchanged
-            parameters and state_dict.
-        policy: "none" (plain autodiff), "all" (vDNN_all: every layer's input
-            offloaded to pinned host memory in forward, fetched back for
-            backward), "conv" (vDNN_conv: conv inputs offloaded, other layer
-            inputs kept on the device), "remat" (recompute everything from the
-            model's inputs), or "dyn" (the planner picks the cheapest of
-            none/conv/all/remat whose planned peak fits `budget_bytes`).
-        budget_bytes, example_inputs, planner_options (loss_fn, host_bandwidth,
-            flops_per_second): for "dyn" only, see `dl.memory.plan`.
-
-    Returns:
-        `model`. With "dyn", `dl.memory.plan_of(model)` tells what was chosen and why.
-    """
-    check_policy(policy)
-    if not isinstance(model, Module):
-        raise TypeError(f"dl.memory.offload expects an nn.Module, got {type(model).__name__}")
-    plan = None
-    if policy == "dyn":
-        if budget_bytes is None or example_inputs is None:
-            raise ValueError(
-                "dl.memory.offload(model, 'dyn') needs budget_bytes= and example_inputs= "
-                "(arrays or jax.ShapeDtypeStruct) to plan with"
-            )
-        from jaxdl.memory._planner import plan as make_plan
-
-        plan = make_plan(model, example_inputs, budget_bytes=budget_bytes, **planner_options)
-        configuration = plan.configuration
-    else:
-        configuration = policy
-    state = OffloadState(policy, configuration, plan, host_memory_kind())
-    install(model, configuration, state)
-    return model
+            m._set_call_hook(None, m.__dict__.get("_memory"))
 
 
 def policy_of(model: Module) -> str:
     """The configuration `model`'s forward runs under: "none", "conv", "all" or "remat"."""
-    state = model.__dict__.get("_memory")
+    state = model.__dict__.get("_memory")  # unset until a policy is installed
     return "none" if state is None else state.configuration
 
 

@@ -96,7 +96,7 @@ class ParamGroup(MutableMapping):
 
     def __getitem__(self, key):
         if key == "params":
-            return [self._optimizer._store.values[i] for i in self.slots]
+            return [self._optimizer._store.read(i) for i in self.slots]
         if key in self._dynamic:
             value = self._optimizer._store.read(self._dynamic[key])
             if value.ndim:  # a tuple option such as betas
@@ -321,22 +321,40 @@ class Optimizer(Stateful):
         """Kept for ported code: jaxdl gradients are return values, never accumulated."""
 
     def _grads_by_slot(self, grads) -> dict:
+        """{slot: (parameter name, gradient)}, every entry checked before anything changes."""
         if isinstance(grads, Gradients):
-            return {grads.slots[k]: g for k, g in grads.items()}
-        if not isinstance(grads, dict):
+            if grads.store.live() is not self._store.live():
+                name = next(iter(grads), "")
+                raise ValueError(
+                    f"opt.step: the gradients (e.g. of '{name}') were taken of another model "
+                    "than the one whose parameters this optimizer updates (a copy with the same "
+                    "architecture?); nothing was updated"
+                )
+            named = {grads.slots[k]: (k, g) for k, g in grads.items()}
+        elif not isinstance(grads, dict):
             raise TypeError(f"opt.step expects the gradient dict from dl.grad, got {type(grads).__name__}")
-        names = {}
-        for owner in list(self._store.owners):
-            if isinstance(owner, Module) and not owner._path:
-                for qualified, module, name in owner._named_slots("_params"):
-                    names.setdefault(qualified, module._slots[name])
-        unknown = [k for k in grads if k not in names]
-        if unknown:
-            raise KeyError(
-                f"gradients for unknown parameter(s) {unknown}; expected keys like "
-                f"{list(names)[:5]} (named_parameters() of the model)"
-            )
-        return {names[k]: g for k, g in grads.items()}
+        else:
+            names = {}
+            for owner in list(self._store.owners):
+                if isinstance(owner, Module) and not owner._path:
+                    for qualified, module, name in owner._named_slots("_params"):
+                        names.setdefault(qualified, module._slots[name])
+            unknown = [k for k in grads if k not in names]
+            if unknown:
+                raise KeyError(
+                    f"gradients for unknown parameter(s) {unknown}; expected keys like "
+                    f"{list(names)[:5]} (named_parameters() of the model); nothing was updated"
+                )
+            named = {names[k]: (k, g) for k, g in grads.items()}
+        store = self._store
+        wrong = [
+            f"'{name}': gradient of shape {tuple(jnp.shape(g))} for a parameter of shape "
+            f"{tuple(store.values[i].shape)}"
+            for i, (name, g) in named.items() if jnp.shape(g) != store.values[i].shape
+        ]
+        if wrong:
+            raise ValueError("opt.step: " + "; ".join(wrong) + "; nothing was updated")
+        return {i: g for i, (_, g) in named.items()}
 
     def step(self, grads=None, closure=None):
         """Update every parameter that has a gradient in `grads` (from `dl.grad`).
@@ -375,11 +393,6 @@ class Optimizer(Stateful):
                 if grad is None or not store.trainable[index]:
                     continue
                 param = store.read(index)
-                if grad.shape != param.shape:
-                    raise ValueError(
-                        f"gradient of shape {tuple(grad.shape)} for a parameter of shape "
-                        f"{tuple(param.shape)}"
-                    )
                 slots = self._state[index]
                 state = {k: store.read(i) for k, i in slots.items()}
                 if steps is not None:
@@ -407,9 +420,9 @@ class Optimizer(Stateful):
 
     def _param_state(self, group_index: int, position: int, index: int) -> dict:
         """One parameter's state, by name, with its step counter (as torch keeps it)."""
-        state = {k: self._store.values[i] for k, i in self._state[index].items()}
+        state = {k: self._store.read(i) for k, i in self._state[index].items()}
         if group_index in self._steps:
-            state["step"] = self._store.values[self._steps[group_index]][position]
+            state["step"] = self._store.read(self._steps[group_index])[position]
         return state
 
     # ---- state dict (PyTorch's format) ---------------------------------------------------------
