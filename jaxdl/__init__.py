@@ -1,6 +1,7 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
 from jaxdl import accelerator, amp, backends, cuda, data, distributed, interop, memory, nn, ops, optim
+from jaxdl._anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from jaxdl._checkpoint import load, save
 from jaxdl._module import no_grad
 from jaxdl._random import manual_seed
@@ -14,9 +15,11 @@ __all__ = [
     "checkpoint",
     "cuda",
     "data",
+    "detect_anomaly",
     "distributed",
     "grad",
     "interop",
+    "is_anomaly_enabled",
     "jit",
     "load",
     "manual_seed",
@@ -26,6 +29,7 @@ __all__ = [
     "ops",
     "optim",
     "save",
+    "set_detect_anomaly",
     "value_and_grad",
     "vmap",
     "xla_compiler_options",

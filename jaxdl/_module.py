@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl import _convert, _trace_state
+from jaxdl import _anomaly, _convert, _trace_state
 from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join, observe
 
 _trace_state.declare("no_grad", 0)  # depth of nested no_grad blocks
@@ -273,10 +273,16 @@ class Module(Stateful):
         # `jaxdl.memory.offload` sets a per-instance call hook (tag the input, or run the
         # root's forward under a `jax.checkpoint` policy); one dict lookup when unset.
         hook = self.__dict__.get("_call_hook")
-        out = self.forward(*args, **kwargs) if hook is None else hook(self, args, kwargs)
+        if _trace_state.get("detect_anomaly"):
+            out = _anomaly.call_checked(self._describe(), lambda: self._forward(hook, args, kwargs))
+        else:
+            out = self.forward(*args, **kwargs) if hook is None else hook(self, args, kwargs)
         if _trace_state.get("no_grad"):
             out = jax.tree.map(jax.lax.stop_gradient, out)
         return out
+
+    def _forward(self, hook, args, kwargs):
+        return self.forward(*args, **kwargs) if hook is None else hook(self, args, kwargs)
 
     def _describe(self) -> str:
         return f"{self._path or '<root>'} ({type(self).__name__})"

@@ -11,7 +11,7 @@ import functools
 
 import jax
 
-from jaxdl import _module, _trace_state, _xla_options
+from jaxdl import _anomaly, _module, _trace_state, _xla_options
 from jaxdl._gradients import Gradients
 from jaxdl._store import Stateful, UnthreadedStore, tracing_context
 
@@ -211,8 +211,20 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
             self.trace_count += 1  # complete traces only (one that found a new store restarts)
             return result
 
-        return jax.jit(self._wrap(pure, dynamic, dyn_kwargs), donate_argnums=(0,) if self.donate else (),
-                       compiler_options=_xla_options.xla_compiler_options())
+        step = self._wrap(pure, dynamic, dyn_kwargs)
+        if not _anomaly.is_anomaly_enabled():
+            return jax.jit(step, donate_argnums=(0,) if self.donate else (),
+                           compiler_options=_xla_options.xla_compiler_options())
+        # Checked, and not donated: a failing step raises before anything is committed.
+        checked = jax.jit(_anomaly.checkified(step),
+                          compiler_options=_xla_options.xla_compiler_options())
+
+        def compiled(*step_args):
+            error, result = checked(*step_args)
+            _anomaly.raise_error(error)
+            return result
+
+        return compiled
 
     def _wrap(self, pure, dynamic, dyn_kwargs):
         """Hook for subclasses to map the pure step over devices before compiling."""
@@ -269,6 +281,12 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
                 return value, (aux, after)
 
             (value, (aux, after)), grads = jax.value_and_grad(inner, has_aux=True)(targets)
+            if _anomaly.is_anomaly_enabled():
+                _anomaly.finite_outputs(value, "the loss")
+                for target in grads:
+                    for name, g in (target.items() if isinstance(target, Gradients)
+                                    else [("input", target)]):
+                        _anomaly.finite_outputs(g, f"the gradient of '{name}'")
             if _data_axes:
                 grads = jax.tree.map(_data_axes[-1][1], grads)
             # Keep mutations of buffers and key streams, but the parameters themselves

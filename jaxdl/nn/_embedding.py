@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxdl import _random
+from jaxdl import _anomaly, _random
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
@@ -26,6 +26,8 @@ def _lookup(input, weight, padding_idx, max_norm=None, norm_type=2.0, scale_grad
     norm_type-norm exceeds it are scaled to max_norm (torch does this to `weight` in place and
     without gradient; here the looked-up rows are scaled and `weight` stays as it is).
     scale_grad_by_freq: each row's gradient is divided by how often its index occurs in input."""
+    # torch's IndexError; jnp.take alone would give a NaN row (a clamped one in a gradient)
+    _anomaly.check_indices(input, weight.shape[0], "index out of range in self")
     out = jnp.take(weight, input, axis=0)
     if max_norm is not None:
         norms = vector_norm(out, norm_type, -1, keepdims=True)
