@@ -77,3 +77,39 @@ def test_nan_gradient_names_the_parameter():
     assert np.isnan(np.asarray(grad(model, x)["weight"])).all()  # unchecked: NaN, as torch
     with dl.detect_anomaly(), pytest.raises(RuntimeError, match="gradient of 'weight'"):
         grad(model, x)
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("target", [[1, 7, 0], [1, -3, 0]])
+def test_class_label_out_of_range_raises_like_torch(loss, target):
+    logits = rand(np.random.default_rng(2), 3, 5)
+    message = _torch_error(lambda: getattr(torch.nn.functional, loss)(
+        torch.from_numpy(logits), torch.tensor(target)))
+    with pytest.raises(IndexError, match=message):
+        getattr(F, loss)(jnp.asarray(logits), jnp.array(target))
+    compute = dl.jit(lambda x, y: getattr(F, loss)(x, y))
+    with dl.detect_anomaly(), pytest.raises(IndexError, match=message):
+        compute(jnp.asarray(logits), jnp.array(target))
+    target = np.array(target)
+    ignored = np.where((target >= 0) & (target < 5), target, -100)  # ignore_index is allowed
+    np.testing.assert_allclose(
+        compute(jnp.asarray(logits), jnp.asarray(ignored)),
+        getattr(torch.nn.functional, loss)(torch.from_numpy(logits), torch.from_numpy(ignored)),
+        rtol=1e-5)
+
+
+def test_cross_entropy_label_out_of_range_in_a_module_names_it():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 5)
+            self.loss = nn.CrossEntropyLoss()
+
+        def forward(self, x, y):
+            return self.loss(self.fc(x), y)
+
+    net = Net()
+    x = rand(np.random.default_rng(3), 2, 4)
+    compute = dl.jit(lambda m, x, y: m(x, y))
+    with dl.detect_anomaly(), pytest.raises(IndexError, match=r"^loss \(CrossEntropyLoss\): Target 7"):
+        compute(net, x, jnp.array([1, 7]))

@@ -5,7 +5,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdl import amp, ops
+from jaxdl import _anomaly, amp, ops
 from jaxdl._module import Module
 from jaxdl.nn._activation import _ops_supports, log_softmax
 from jaxdl.nn._ctc import ctc_loss
@@ -45,6 +45,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
             f"nll_loss: expected target of shape {tuple(logp.shape[:-1])} for input of shape "
             f"{tuple(input.shape)}, got {tuple(target.shape)}"
         )
+    _anomaly.check_indices(target, num_classes, "Target {} is out of bounds.", ignore_index)
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
     picked = jnp.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
@@ -68,6 +69,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     if (weight is None and _ops_supports(input) and jnp.issubdtype(target.dtype, jnp.integer)
             and target.shape == indices_shape and reduction in REDUCTIONS):
         # class indices without weights: one online pass, no (N, C) log-softmax written
+        _anomaly.check_indices(target, input.shape[0 if input.ndim == 1 else 1],
+                               "Target {} is out of bounds.", ignore_index)
         return ops.cross_entropy(input, target, ignore_index, label_smoothing, reduction,
                                  axis=0 if input.ndim == 1 else 1)
     logp = log_softmax(input.astype(jnp.promote_types(input.dtype, jnp.float32)),
