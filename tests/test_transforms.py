@@ -141,7 +141,7 @@ def test_module_captured_by_closure_is_threaded_not_frozen():
     first = np.asarray(forward(x))
     model.weight = model.weight + 1.0
     np.testing.assert_allclose(np.asarray(forward(x)), first + 3.0, rtol=1e-6)
-    assert forward.trace_count == 1  # one complete trace: the closure's store found, a new value is not a new trace
+    assert forward.trace_count == 1  # a complete trace, with the closure's store threaded
 
 
 def test_grad_argnums_tuple_and_matches_torch():
