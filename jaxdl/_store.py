@@ -47,6 +47,9 @@ class Store:
         self._by_settings: dict = {}  # settings signature -> its version, since the last bump()
         self.lent: set[int] = set()  # slots whose current array the user may hold
         self.merged_into: Store | None = None
+        # Made while tracing (a loss module built inside the step): rebuilt by every trace
+        # from the same code, so its settings cannot go stale and it needs no key entry.
+        self.transient = bool(_contexts)
 
     def live(self) -> "Store":
         """The store this one was merged into (itself if never merged)."""
@@ -151,6 +154,8 @@ def _check_visible(store: Store):
 
 def observe(store: Store):
     """A module of `store` is called inside the running trace (a no-op outside traces)."""
+    if store.transient:
+        return
     for context in _keyed:
         if store not in context:
             raise UnthreadedStore(store, context)
