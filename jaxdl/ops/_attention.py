@@ -17,8 +17,6 @@ import jax.numpy as jnp
 from jaxdl.ops import _attention_pallas, _attention_xla
 from jaxdl.ops._dispatch import resolve
 
-F32 = jnp.float32
-
 
 def _module(backend, size):
     # Triton computes element offsets in int32: arrays of 2^31 elements or more take XLA
@@ -102,15 +100,16 @@ def _check(q, k, v, enable_gqa):
             f"key/value heads ({kv_heads})")
 
 
-def _bias(mask, score_shape, kv_heads):
-    """The mask as a float32 bias of rank 5 (Bm, Hkm, Gm, Lm, Sm), axes 1 or full."""
+def _bias(mask, score_shape, kv_heads, dtype):
+    """The mask as a bias of rank 5 (Bm, Hkm, Gm, Lm, Sm), axes 1 or full, in the
+    accumulation dtype (float32; float64 for float64 inputs)."""
     if mask is None:
         return None
     mask = jnp.asarray(mask)
     if mask.dtype == jnp.bool_:
-        mask = jnp.where(mask, 0.0, -jnp.inf).astype(F32)
+        mask = jnp.where(mask, 0.0, -jnp.inf).astype(_attention_xla.accumulator(dtype))
     elif jnp.issubdtype(mask.dtype, jnp.floating):
-        mask = mask.astype(F32)
+        mask = mask.astype(_attention_xla.accumulator(dtype))
     else:
         raise ValueError(f"ops.attention: mask must be bool (True = attend) or floating "
                          f"(added to the scores), got dtype {mask.dtype}")
@@ -168,7 +167,7 @@ def attention(q, k, v, mask=None, is_causal=False, scale=None, dropout_p=0.0, ke
     kv_heads = k.shape[-3] if k.ndim > 2 else 1
     batch = q.shape[:-3]
     score_shape = (*batch, heads, n_q, n_k)
-    bias = _bias(mask, score_shape, kv_heads)
+    bias = _bias(mask, score_shape, kv_heads, q.dtype)
     q5 = q.reshape(-1, kv_heads, heads // kv_heads, n_q, e)
     k4, v4 = k.reshape(-1, kv_heads, n_k, e), v.reshape(-1, kv_heads, n_k, ev)
     scale = 1.0 / math.sqrt(e) if scale is None else float(scale)

@@ -19,6 +19,11 @@ from jax import lax
 from jaxdl.ops import _online
 
 F32 = jnp.float32
+
+
+def accumulator(dtype):
+    """float32 for float32 and narrower inputs; float64 inputs (x64) keep float64."""
+    return jnp.promote_types(dtype, F32)
 SINGLE_TILE = 512 * 512  # problems with at most this many scores per head take one tile
 BLOCK = 128  # otherwise: (BLOCK, BLOCK) tiles (128 measured faster than 64 and 256 on CPU)
 
@@ -142,14 +147,16 @@ def _bias_tile(bias, t, i, j):
 def _rows_times(x, y):
     """x (B, Hk, G, n, c) @ y (B, Hk, c, d) -> (B, Hk, G, n, d), float32."""
     b, h, g, n, c = x.shape
-    out = jnp.einsum("bhqc,bhcd->bhqd", x.reshape(b, h, g * n, c), y, preferred_element_type=F32)
+    out = jnp.einsum("bhqc,bhcd->bhqd", x.reshape(b, h, g * n, c), y,
+                     preferred_element_type=accumulator(x.dtype))
     return out.reshape(b, h, g, n, -1)
 
 
 def _rows_times_t(x, y):
     """x (B, Hk, G, n, c) @ y (B, Hk, d, c)^T -> (B, Hk, G, n, d), float32."""
     b, h, g, n, c = x.shape
-    out = jnp.einsum("bhqc,bhdc->bhqd", x.reshape(b, h, g * n, c), y, preferred_element_type=F32)
+    out = jnp.einsum("bhqc,bhdc->bhqd", x.reshape(b, h, g * n, c), y,
+                     preferred_element_type=accumulator(x.dtype))
     return out.reshape(b, h, g, n, -1)
 
 
@@ -157,7 +164,7 @@ def _t_times(x, y):
     """x (B, Hk, G, n, c)^T @ y (B, Hk, G, n, d) summed over G -> (B, Hk, c, d), float32."""
     b, h, g, n, c = x.shape
     return jnp.einsum("bhqc,bhqd->bhcd", x.reshape(b, h, g * n, c),
-                      y.reshape(b, h, g * n, -1), preferred_element_type=F32)
+                      y.reshape(b, h, g * n, -1), preferred_element_type=accumulator(x.dtype))
 
 
 def _scores(qi, kj, bias_tile, i, j, t, cfg, heads, masked=True):
@@ -224,8 +231,9 @@ def forward(q, k, v, bias, seeds, cfg, blocks=None):
                 p = jnp.where(keep, p, 0.0)
             return m_new, l, acc * correction + _rows_times(p.astype(v.dtype), v[j])
 
-        carry = (jnp.full((*lead, bq, 1), -jnp.inf, F32), jnp.zeros((*lead, bq, 1), F32),
-                 jnp.zeros((*lead, bq, ev), F32))
+        acc_dtype = accumulator(dtype)
+        carry = (jnp.full((*lead, bq, 1), -jnp.inf, acc_dtype),
+                 jnp.zeros((*lead, bq, 1), acc_dtype), jnp.zeros((*lead, bq, ev), acc_dtype))
         unmasked, seen = t.key_ranges(i, cfg.causal)
         carry = lax.fori_loop(0, unmasked, functools.partial(key_block, False), carry)
         m, l, acc = lax.fori_loop(unmasked, seen, functools.partial(key_block, True), carry)
@@ -245,7 +253,8 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
     """Gradients (dq, dk, dv) in the inputs' dtypes, from the output and log-sum-exp."""
     bq, bk = blocks or blocks_for(q.shape[3], k.shape[2])
     dtypes = (q.dtype, k.dtype, v.dtype)
-    delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1)  # rowsum(dO * O) = rowsum(P * dP)
+    acc_dtype = accumulator(q.dtype)
+    delta = jnp.sum(do.astype(acc_dtype) * o.astype(acc_dtype), axis=-1)  # rowsum(dO * O) = rowsum(P * dP)
     t, q, k, v, bias = _prepare(q, k, v, bias, bq, bk)
     # padded rows get log-sum-exp +inf: probability 0, no overflow into dk and dv
     do, lse, delta = _to_blocks(do, 3, bq), _to_blocks(lse, 3, bq, jnp.inf), _to_blocks(
@@ -274,14 +283,14 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
             dqi = dq[i] + _rows_times(ds, kj)
             return dq.at[i].set(dqi), dk, dv
 
-        carry = (dq, jnp.zeros(kj.shape, F32), jnp.zeros(vj.shape, F32))
+        carry = (dq, jnp.zeros(kj.shape, acc_dtype), jnp.zeros(vj.shape, acc_dtype))
         first, unmasked = t.query_ranges(j, cfg.causal)
         carry = lax.fori_loop(first, unmasked, functools.partial(query_block, True), carry)
         dq, dk, dv = lax.fori_loop(unmasked, t.q_blocks, functools.partial(query_block, False),
                                    carry)
         return (j + 1, dq), (dk.astype(dtypes[1]), dv.astype(dtypes[2]))
 
-    (_, dq), (dk, dv) = lax.scan(key_block, (0, jnp.zeros(q.shape, F32)), (k, v))
+    (_, dq), (dk, dv) = lax.scan(key_block, (0, jnp.zeros(q.shape, acc_dtype)), (k, v))
     return (_from_blocks(dq, 3, t.n_q).astype(dtypes[0]), _from_blocks(dk, 2, t.n_k),
             _from_blocks(dv, 2, t.n_k))
 
