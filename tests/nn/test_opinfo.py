@@ -50,11 +50,6 @@ EXEMPT = [
     ("hardsigmoid", "float64", "grads", None,
      "torch's float64 backward multiplies by the float32 constant 1/6 (0.16666667, 5e-9 off); "
      "ours is 1/6 in float64"),
-    ("conv1d", "float64", "values", None,
-     "float64 convolutions through the CPU lowering of nn/_conv_cpu.py are 2e-8 relative off "
-     "torch (float32-level rounding somewhere in that path; to be fixed there)"),
-    ("conv2d", "float64", "values", None,
-     "as conv1d: the CPU convolution lowering loses float64 precision (2e-8 relative)"),
 ]
 
 
