@@ -39,6 +39,8 @@ CNNS = ["alexnet", "overfeat", "vgg11", "vgg16", "vgg19", "googlenet", "resnet18
 # Batch per (CNN, input size): small where a 1-thread step would take seconds.
 BATCH = {32: 16, 64: 8, 224: 2}
 HEAVY_AT_224 = {"vgg11", "vgg16", "vgg19", "overfeat", "googlenet"}  # seconds a step: --heavy
+# AlexNet's stride-4 stem and three pools take a 32-pixel input down to nothing (torchvision's too)
+MIN_SIZE = {"alexnet": 64}
 # Every model at its sizes; CNNs at 32, 64 and 224 (except HEAVY_AT_224 at 224).
 DEFAULT_SIZES = (32, 64, 224)
 INDUCTOR = {"mlp", "cnn", "ncf"}
@@ -51,7 +53,8 @@ def configurations(models, sizes, heavy):
     for name in models or zoo.list_models():
         if name in CNNS:
             configs += [(name, size, BATCH[size]) for size in sizes
-                        if size != 224 or heavy or name not in HEAVY_AT_224]
+                        if size >= MIN_SIZE.get(name, 0)
+                        and (size != 224 or heavy or name not in HEAVY_AT_224)]
         elif name in ("mlp", "cnn"):
             configs.append((name, 8, 64))
         elif name == "gpt":
