@@ -5,6 +5,7 @@ import jax.numpy as jnp
 
 from jaxdl import amp, ops
 from jaxdl._convert import as_dtype
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl.nn._keys import fresh_key as _fresh_key
 
@@ -181,7 +182,7 @@ def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e
     forward pass and the soft sample's gradient (straight-through). `eps` is unused, as in
     PyTorch."""
     gumbels = jax.random.gumbel(_fresh_key(key, logits, "gumbel_softmax"), logits.shape,
-                                jnp.promote_types(logits.dtype, jnp.float32)).astype(logits.dtype)
+                                accumulation_dtype(logits.dtype)).astype(logits.dtype)
     soft = softmax((logits + gumbels) / tau, dim=dim)
     if not hard:
         return soft

@@ -33,6 +33,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl.nn._windows import window_views
 
 # Output maps with at most this many pixels are "tiny": a matrix product over patches
@@ -106,18 +107,13 @@ def _xla(x, w, p: Plan):
         dimension_numbers=("N" + letters + "C", "OI" + letters, "N" + letters + "C"))
 
 
-def _accumulator(dtype):
-    # float32 for float32 and narrower inputs; float64 inputs (x64) keep float64, as torch's
-    return jnp.promote_types(dtype, jnp.float32)
-
-
 def _patches(x, w, p: Plan):
     # Channel-major, kernel offset minor: the order of w (O, C, *K) flattened to (O, C*K).
     stacked = jnp.stack(_padded_views(x, w.shape[2:], p), axis=-1)
     patch_matrix = stacked.reshape(*stacked.shape[:-2], -1)
     y = jax.lax.dot_general(patch_matrix, w.reshape(w.shape[0], -1),
                             (((patch_matrix.ndim - 1,), (1,)), ((), ())),
-                            preferred_element_type=_accumulator(x.dtype))
+                            preferred_element_type=accumulation_dtype(x.dtype))
     return y.astype(x.dtype)
 
 
@@ -125,7 +121,7 @@ def _shifts(x, w, p: Plan):
     views = _padded_views(x, w.shape[2:], p)
     axis = -1 if p.channels_last else 1
     multiplier = w.shape[0] // x.shape[axis]
-    acc = _accumulator(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     taps = w.reshape(w.shape[0], len(views)).astype(acc)  # (O, offsets): small
     broadcast = (-1,) if p.channels_last else (-1,) + (1,) * (x.ndim - 2)
     total = None

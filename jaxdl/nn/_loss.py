@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import _anomaly, amp, ops
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl.nn._activation import _ops_supports, log_softmax
 from jaxdl.nn._ctc import ctc_loss
@@ -73,7 +74,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
                                "Target {} is out of bounds.", ignore_index)
         return ops.cross_entropy(input, target, ignore_index, label_smoothing, reduction,
                                  axis=0 if input.ndim == 1 else 1)
-    logp = log_softmax(input.astype(jnp.promote_types(input.dtype, jnp.float32)),
+    logp = log_softmax(input.astype(accumulation_dtype(input.dtype)),
                        dim=0 if input.ndim == 1 else 1)
     num_classes = logp.shape[0 if input.ndim == 1 else 1]
     w = None if weight is None else jnp.asarray(weight, logp.dtype)

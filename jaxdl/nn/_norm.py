@@ -13,13 +13,14 @@ import jax.numpy as jnp
 
 from jaxdl import amp
 from jaxdl._convert import as_dtype
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._transforms import data_axis
 from jaxdl.nn._distance import vector_norm
 
 
 def _f32(x):
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return x.astype(accumulation_dtype(x.dtype))
 
 
 def _channel_shape(x):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
 from jaxdl.nn._conv import _tuple
@@ -242,7 +243,7 @@ def _avg_poolnd(n, input, kernel_size, stride, padding, ceil_mode, count_include
     divisor = np.ones(())
     for L, o, ki, si, (pi, _) in zip(spatial, outs, k, s, pairs):
         divisor = np.multiply.outer(divisor, _avg_divisor(L, o, ki, si, pi, count_include_pad))
-    return (total / divisor.astype(jnp.promote_types(input.dtype, jnp.float32))).astype(input.dtype)
+    return (total / divisor.astype(accumulation_dtype(input.dtype))).astype(input.dtype)
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,

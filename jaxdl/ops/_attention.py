@@ -14,6 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl.ops import _attention_pallas, _attention_xla
 from jaxdl.ops._dispatch import resolve
 
@@ -107,9 +108,9 @@ def _bias(mask, score_shape, kv_heads, dtype):
         return None
     mask = jnp.asarray(mask)
     if mask.dtype == jnp.bool_:
-        mask = jnp.where(mask, 0.0, -jnp.inf).astype(_attention_xla.accumulator(dtype))
+        mask = jnp.where(mask, 0.0, -jnp.inf).astype(accumulation_dtype(dtype))
     elif jnp.issubdtype(mask.dtype, jnp.floating):
-        mask = mask.astype(_attention_xla.accumulator(dtype))
+        mask = mask.astype(accumulation_dtype(dtype))
     else:
         raise ValueError(f"ops.attention: mask must be bool (True = attend) or floating "
                          f"(added to the scores), got dtype {mask.dtype}")

@@ -16,14 +16,10 @@ import functools
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl.ops import _online
 
 F32 = jnp.float32
-
-
-def accumulator(dtype):
-    """float32 for float32 and narrower inputs; float64 inputs (x64) keep float64."""
-    return jnp.promote_types(dtype, F32)
 SINGLE_TILE = 512 * 512  # problems with at most this many scores per head take one tile
 BLOCK = 128  # otherwise: (BLOCK, BLOCK) tiles (128 measured faster than 64 and 256 on CPU)
 
@@ -148,7 +144,7 @@ def _rows_times(x, y):
     """x (B, Hk, G, n, c) @ y (B, Hk, c, d) -> (B, Hk, G, n, d), float32."""
     b, h, g, n, c = x.shape
     out = jnp.einsum("bhqc,bhcd->bhqd", x.reshape(b, h, g * n, c), y,
-                     preferred_element_type=accumulator(x.dtype))
+                     preferred_element_type=accumulation_dtype(x.dtype))
     return out.reshape(b, h, g, n, -1)
 
 
@@ -156,7 +152,7 @@ def _rows_times_t(x, y):
     """x (B, Hk, G, n, c) @ y (B, Hk, d, c)^T -> (B, Hk, G, n, d), float32."""
     b, h, g, n, c = x.shape
     out = jnp.einsum("bhqc,bhdc->bhqd", x.reshape(b, h, g * n, c), y,
-                     preferred_element_type=accumulator(x.dtype))
+                     preferred_element_type=accumulation_dtype(x.dtype))
     return out.reshape(b, h, g, n, -1)
 
 
@@ -164,7 +160,7 @@ def _t_times(x, y):
     """x (B, Hk, G, n, c)^T @ y (B, Hk, G, n, d) summed over G -> (B, Hk, c, d), float32."""
     b, h, g, n, c = x.shape
     return jnp.einsum("bhqc,bhqd->bhcd", x.reshape(b, h, g * n, c),
-                      y.reshape(b, h, g * n, -1), preferred_element_type=accumulator(x.dtype))
+                      y.reshape(b, h, g * n, -1), preferred_element_type=accumulation_dtype(x.dtype))
 
 
 def _scores(qi, kj, bias_tile, i, j, t, cfg, heads, masked=True):
@@ -231,7 +227,7 @@ def forward(q, k, v, bias, seeds, cfg, blocks=None):
                 p = jnp.where(keep, p, 0.0)
             return m_new, l, acc * correction + _rows_times(p.astype(v.dtype), v[j])
 
-        acc_dtype = accumulator(dtype)
+        acc_dtype = accumulation_dtype(dtype)
         carry = (jnp.full((*lead, bq, 1), -jnp.inf, acc_dtype),
                  jnp.zeros((*lead, bq, 1), acc_dtype), jnp.zeros((*lead, bq, ev), acc_dtype))
         unmasked, seen = t.key_ranges(i, cfg.causal)
@@ -253,7 +249,7 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
     """Gradients (dq, dk, dv) in the inputs' dtypes, from the output and log-sum-exp."""
     bq, bk = blocks or blocks_for(q.shape[3], k.shape[2])
     dtypes = (q.dtype, k.dtype, v.dtype)
-    acc_dtype = accumulator(q.dtype)
+    acc_dtype = accumulation_dtype(q.dtype)
     delta = jnp.sum(do.astype(acc_dtype) * o.astype(acc_dtype), axis=-1)  # rowsum(dO * O) = rowsum(P * dP)
     t, q, k, v, bias = _prepare(q, k, v, bias, bq, bk)
     # padded rows get log-sum-exp +inf: probability 0, no overflow into dk and dv
