@@ -13,12 +13,18 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def pin_threads(n: int = 1):
-    """Fix thread counts on both sides before jax/torch start (call before importing them)."""
-    os.environ.setdefault(
-        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false"
-    )
+    """Give this process (jax and torch alike) n cores; call before importing either.
+
+    CPU affinity is what bounds XLA: its CPU client sizes its thread pools from the cores
+    the process may run on, and `--xla_cpu_multi_thread_eigen=false` alone still left it
+    running on two cores (measured 2026-11-30: a 1024^2 matmul used 1.9 cores of CPU time
+    per second of wall time with that flag, and ran 1.6x slower under `taskset -c 0`).
+    """
+    cores = sorted(os.sched_getaffinity(0))[:n]
+    os.sched_setaffinity(0, cores)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(var, str(n))
+        os.environ[var] = str(n)
+    return cores
 
 
 def median_seconds(fn, steps: int, repeats: int, warmup: int = 3) -> float:

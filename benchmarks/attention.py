@@ -28,8 +28,7 @@ PARSER.add_argument("--threads", type=int, default=1, help="threads for XLA and 
 PARSER.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"
                                          / "attention.json"))
 ARGS = PARSER.parse_args()
-if ARGS.threads == 1:  # before jax is imported: XLA's CPU thread pools are fixed at start
-    pin_threads(1)
+pin_threads(ARGS.threads)  # before jax is imported: XLA's CPU thread pools are fixed at start
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

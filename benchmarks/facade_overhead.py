@@ -181,7 +181,7 @@ def main():
             "torch eager / jaxdl": t["torch eager"] / ours,
         }
         print("   " + ", ".join(f"{k} = {v:.2f}x" for k, v in row["ratios"].items()))
-    payload = {**machine(), "threads": "XLA single-threaded eigen, torch.set_num_threads(1)",
+    payload = {**machine(), "threads": "one core (CPU affinity) for XLA and torch",
                "steps": steps, "repeats": repeats, "quick": args.quick, "rows": rows}
     if not args.quick:
         print("wrote", write_json("facade_overhead.json", payload))

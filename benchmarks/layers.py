@@ -5,8 +5,8 @@ Also `--conv`: formulations of Conv2d for XLA CPU on the 3-conv CNN train step
 
     python benchmarks/layers.py [--quick] [--conv] [--out benchmarks/results/layers.json]
 
-Single thread on both sides: torch.set_num_threads(1); XLA gets
---xla_cpu_multi_thread_eigen=false (set before jax is imported). Medians of repeats after a
+Single thread on both sides: the process is pinned to one core (CPU affinity, set before
+jax is imported) and torch.set_num_threads(1). Medians of repeats after a
 warm-up; compile time is excluded from step times.
 """
 
@@ -15,9 +15,14 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import pin_threads  # noqa: E402
+
+pin_threads(1)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -234,7 +239,7 @@ def main():
     parser.add_argument("--out", default="benchmarks/results/layers.json")
     args = parser.parse_args()
     repeats = 2 if args.quick else 20
-    report = {"threads": {"torch": torch.get_num_threads(), "xla": os.environ["XLA_FLAGS"]},
+    report = {"threads": {"torch": torch.get_num_threads(), "cores": sorted(os.sched_getaffinity(0))},
               "quick": args.quick}
     if not args.conv:
         rows = {}

@@ -24,7 +24,6 @@ not timed on an idle machine yet; on the shared machine one CNN configuration to
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -166,9 +165,7 @@ def measure(steps, rounds, per_round, max_seconds):
 
 def worker(args):
     threads = args.threads[0]
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    if threads == 1:
-        _timing.pin_threads(1)
+    _timing.pin_threads(threads)
     import numpy as np
     import torch
 

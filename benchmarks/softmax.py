@@ -16,7 +16,6 @@ Writes benchmarks/results/softmax.json and softmax.png (elements/s vs V).
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 
@@ -33,9 +32,10 @@ def _parse():
 
 
 ARGS = _parse()
-if ARGS.threads == 1:  # before jax is imported: XLA's CPU thread pools are fixed at start
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_cpu_multi_thread_eigen=false").strip()
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import pin_threads  # noqa: E402
+
+pin_threads(ARGS.threads)  # before jax is imported: XLA's CPU thread pools are fixed at start
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
