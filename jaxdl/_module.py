@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl import _anomaly, _convert, _trace_state
-from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join, observe
+from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join, keep_write, observe
 
 _trace_state.declare("no_grad", 0)  # depth of nested no_grad blocks
 
@@ -251,6 +251,13 @@ class Module(Stateful):
             # A setting (hyper-parameter, flag, hook): the next compiled call follows it.
             if "_store" in self.__dict__:
                 self._store.configure([((id(self), name), _trace_state.token(value))])
+
+    def _update_parameter(self, name: str, value):
+        """Write parameter `name` from inside `forward`, as torch's in-place updates without
+        grad do (Embedding's max_norm): the new value stays after `dl.value_and_grad`, which
+        otherwise gives back the parameter arrays the forward pass read."""
+        setattr(self, name, value)
+        keep_write(self._store, self._slots[name])
 
     def _set_call_hook(self, hook, memory=None):
         """Replace the call hook (`jaxdl.memory`'s policies) and the memory state it reads."""

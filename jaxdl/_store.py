@@ -146,6 +146,18 @@ class UnthreadedStore(Exception):  # noqa: N818 - control flow, never reaches us
         self.context = context
 
 
+# Parameter slots written on purpose inside a forward pass, one set per running
+# dl.value_and_grad (innermost last): torch's in-place updates under no_grad (Embedding's
+# max_norm renormalisation) persist, while other parameters get back the arrays the forward saw.
+kept_writes: list[set] = []
+
+
+def keep_write(store: Store, index: int):
+    """Slot `index` of `store` was written inside the forward pass and keeps the new value."""
+    for kept in kept_writes:
+        kept.add((store, index))
+
+
 def _check_visible(store: Store):
     for context in _contexts:
         if store not in context:

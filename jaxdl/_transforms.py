@@ -11,7 +11,7 @@ import functools
 
 import jax
 
-from jaxdl import _anomaly, _module, _trace_state, _xla_options
+from jaxdl import _anomaly, _module, _store, _trace_state, _xla_options
 from jaxdl._gradients import Gradients
 from jaxdl._store import Stateful, UnthreadedStore, tracing_context
 
@@ -164,7 +164,8 @@ class jit:  # noqa: N801 - used like a function, as in PyTorch/JAX
                 self._closure_stores.append(err.store)
 
     def _call(self, stores, args, kwargs):
-        key, dynamic = [], []
+        # the compiled step zips its arguments with this call's: the count is part of the key
+        key, dynamic = [len(args)], []
         for position, value in enumerate(args):
             if isinstance(value, Stateful) or _is_static(value):
                 key.append((position, id(value) if isinstance(value, Stateful) else value))
@@ -280,7 +281,12 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
                 value, aux = out if has_aux else (out, None)
                 return value, (aux, after)
 
-            (value, (aux, after)), grads = jax.value_and_grad(inner, has_aux=True)(targets)
+            kept = set()  # parameters the forward wrote on purpose (Module._update_parameter)
+            _store.kept_writes.append(kept)
+            try:
+                (value, (aux, after)), grads = jax.value_and_grad(inner, has_aux=True)(targets)
+            finally:
+                _store.kept_writes.pop()
             if _anomaly.is_anomaly_enabled():
                 _anomaly.finite_outputs(value, "the loss")
                 for target in grads:
@@ -290,13 +296,15 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
             if _data_axes:
                 grads = jax.tree.map(_data_axes[-1][1], grads)
             # Keep mutations of buffers and key streams, but the parameters themselves
-            # are unchanged by a forward pass: restore the original arrays.
+            # are unchanged by a forward pass (unless written on purpose): restore the
+            # original arrays.
             for store, vals in zip(stores, after):
                 originals = store.values
                 for i, slots in enumerate(slot_maps):
                     if slots is not None and args[nums[i]]._store is store:
                         for index in slots.values():
-                            vals[index] = originals[index]
+                            if (store, index) not in kept:
+                                vals[index] = originals[index]
                 store.values = list(vals)
             return value, aux, grads
 

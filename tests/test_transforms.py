@@ -61,6 +61,12 @@ def test_jit_step_equals_eager_step_and_does_not_recompile():
     assert int(jit_model[2].calls) == 4  # buffer mutated inside dl.jit persisted
 
 
+def test_a_call_with_more_positional_arguments_compiles_again():
+    """The compiled step of f(a, b) must not serve f(a, b, c) (it dropped c)."""
+    count = dl.jit(lambda *xs: len(xs))
+    assert (count(jnp.ones(2)), count(jnp.ones(2), jnp.ones(3))) == (1, 2)
+
+
 def test_recompiles_only_on_structure_shape_or_mode_change():
     model = _mlp()
     opt = optim.SGD(model.parameters(), lr=0.1)
