@@ -215,7 +215,8 @@ def _identity(self, *args, **kwargs):
     return self
 
 
-_same("contiguous", "clone", "detach", "alias", "lift_fresh_copy", fn=_identity)
+_same("contiguous", "clone", "alias", "lift_fresh_copy", fn=_identity)
+_register("detach")(jax.lax.stop_gradient)  # x.detach(): no gradient flows back through it
 _register("_to_copy", "to.dtype_layout")(
     lambda self, *, dtype=None, **kwargs: self if dtype is None else self.astype(dtype))
 _register("to.dtype")(lambda self, dtype, *args, **kwargs: self.astype(dtype))

@@ -167,6 +167,10 @@ class _Builder:
                     self.check_unit_mutation(node, unit, calls)
             elif node.op == "output":
                 self.outputs(node)
+            elif node.op == "get_attr":  # a sub-graph: `with torch.no_grad():` in forward
+                raise CaptureFailed(
+                    f"torch.export recorded {node.target} as a sub-graph (torch.no_grad() or "
+                    "set_grad_enabled in forward), which jaxdl does not replay")
             else:
                 raise NotImplementedError(f"from_torch: graph node {node.op} {node.target} "
                                           "is not supported")
@@ -400,12 +404,17 @@ def _export(torch, module, example_inputs, dynamic_shapes, preserved):
             return torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
                                        preserve_module_call_signature=tuple(preserved),
                                        strict=False)
-    except Exception as err:  # torch's own error says what and where; add what it means here
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise NotImplementedError(
-            f"from_torch: torch.export could not capture {type(module).__name__}.forward: "
-            f"{first}\n(Data-dependent control flow - Python `if`/`for` on tensor values - and "
-            "data-dependent shapes cannot be captured; see docs/interop.md.)") from err
+    except Exception as err:  # torch's own error says what and where; the caller adds to it
+        raise CaptureFailed(first_line(err)) from err
+
+
+class CaptureFailed(NotImplementedError):
+    """torch.export raised: the forward is traced with torch.fx instead (`_fx.py`)."""
+
+
+def first_line(err) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stock):
@@ -421,6 +430,30 @@ def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stoc
     _find_units(torch, module, "", units, convert_stock)
     modules = dict(module.named_modules())
     preserved = {path for path in units if _several_inputs_or_outputs(torch, modules[path])}
+
+    def capture(training):
+        ep = _export(torch, module, example_inputs, dynamic_shapes, preserved)
+        program = _Builder(torch, ep, units, preserved).build()
+        for symbol, bounds in ep.range_constraints.items():
+            high = bounds.upper
+            program.ranges[str(symbol)] = (int(bounds.lower),
+                                           int(high) if high.is_Integer else None)
+        return program
+
+    try:
+        programs = capture_modes(module, units, capture)
+    except CaptureFailed as failure:  # torch.export refused it: try torch.fx symbolic tracing
+        from jaxdl.interop._fx import convert_traced
+
+        return convert_traced(torch, module, example_inputs, dynamic_shapes, units, failure)
+    return converted(torch, module, units, programs)
+
+
+def capture_modes(module, units, capture):
+    """{True: program, False: program}: `capture(training)` run in training mode and, if
+    code outside the stock layers read a `training` flag meanwhile, again in evaluation
+    mode (else one program serves both). Every module's mode is restored afterwards."""
+    modules = dict(module.named_modules())
     modes = {name: m.training for name, m in modules.items()}
     programs = {}
     try:
@@ -428,18 +461,18 @@ def convert_exported(torch, module, example_inputs, dynamic_shapes, convert_stoc
             module.train(training)
             reads = set()
             with _watch_training(modules, units, reads):
-                ep = _export(torch, module, example_inputs, dynamic_shapes, preserved)
-            programs[training] = _Builder(torch, ep, units, preserved).build()
-            for symbol, bounds in ep.range_constraints.items():
-                high = bounds.upper
-                programs[training].ranges[str(symbol)] = (
-                    int(bounds.lower), int(high) if high.is_Integer else None)
+                programs[training] = capture(training)
             if not reads:  # no code outside the stock layers looked at the mode
                 programs[not training] = programs[training]
                 break
     finally:
         for name, m in modules.items():
             m.training = modes[name]
+    return programs
+
+
+def converted(torch, module, units, programs):
+    """The converted module: a root replaying `programs` over the mirrored module tree."""
     root = _named_class(ExportedModule, type(module).__name__)(programs)
     return _tie(module, _mirror(torch, module, "", units, root=root))
 

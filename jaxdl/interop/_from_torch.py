@@ -10,7 +10,8 @@ that jaxdl's constructor lacks is refused unless it holds torch's default, so a
 conversion never silently changes what the model computes.
 
 A module with its own forward is captured with torch.export instead
-(`_export.py`); its stock layers still convert here.
+(`_export.py`; torch.fx symbolic tracing where export fails, `_fx.py`); its stock
+layers still convert here.
 
 torch is imported only when `from_torch` is called.
 """
@@ -196,9 +197,10 @@ def from_torch(torch_module, example_inputs=None, *, dynamic_shapes="batch"):
 
     A tree of standard `torch.nn` layers and containers converts layer by layer. Any
     other module (its own `forward`) is captured with `torch.export` on
-    `example_inputs`, once in training and once in evaluation mode, and replayed with
-    jaxdl and JAX operations (`jaxdl/interop/_aten.py`); its stock layers inside become
-    jaxdl layers. See docs/interop.md.
+    `example_inputs` (or, where export refuses it, `torch.fx` symbolic tracing), in
+    training and, if its code reads the mode, in evaluation mode, and replayed with
+    jaxdl and JAX operations (`jaxdl/interop/_aten.py`, `_fx.py`); its stock layers
+    inside become jaxdl layers. See docs/interop.md.
 
     Arguments:
         torch_module: any `torch.nn.Module`.
@@ -216,8 +218,9 @@ def from_torch(torch_module, example_inputs=None, *, dynamic_shapes="batch"):
     Raises:
         NotImplementedError: naming the path and type of a stock layer or option jaxdl
             lacks; for a captured forward, naming the aten operator without an entry in
-            the table and the line of the forward it came from; or when torch.export
-            cannot capture the forward (data-dependent control flow or shapes).
+            the table and the line of the forward it came from; or when neither
+            torch.export nor torch.fx can capture the forward (data-dependent control
+            flow or shapes), giving both causes.
     """
     torch = require("torch", "torch", "dl.interop.from_torch")
 

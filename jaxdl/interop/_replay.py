@@ -30,6 +30,9 @@ def _resolve(value, env):
         return kind(*(_resolve(v, env) for v in value))
     if kind is dict:
         return {k: _resolve(v, env) for k, v in value.items()}
+    if kind is slice:  # torch.fx graphs index with sizes computed in the graph
+        return slice(_resolve(value.start, env), _resolve(value.stop, env),
+                     _resolve(value.step, env))
     return value
 
 
