@@ -50,11 +50,13 @@ def _np_dtype(torch, dtype):
 
 
 def _user_frame(node) -> str:
-    """The last frame of the node's stack trace outside torch: the user's line."""
+    """The last frame of the node's stack trace outside torch and this package (the fx
+    tracer's hook): the user's line."""
     trace = node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
     torch_dir = os.sep + "torch" + os.sep
-    user = [f for f in frames if torch_dir not in f[0]] or frames
+    user = [f for f in frames if torch_dir not in f[0]
+            and os.path.dirname(f[0]) != os.path.dirname(__file__)] or frames
     if not user:
         return "no stack trace recorded"
     path, line, fn, code = user[-1]

@@ -26,6 +26,7 @@ an exported graph's are; the tests hold the table to torch.
 import collections
 import dataclasses
 import functools
+import inspect
 import operator
 
 import jax
@@ -115,7 +116,6 @@ _FX = {
         ("bfloat16", jnp.bfloat16), ("int", jnp.int32), ("long", jnp.int64),
         ("bool", jnp.bool_))},
     "Tensor.to": _to,
-    "Tensor.type": _to,
     "Tensor.size": _size,
     "Tensor.dim": lambda self: self.ndim,
     "Tensor.numel": lambda self: int(np.prod(self.shape)),
@@ -131,6 +131,9 @@ _FX = {
     "torch.tensor": lambda data, *, dtype=None, **kwargs: jnp.asarray(data, dtype),
     "operator.matmul": ATEN["matmul"],  # follows dl.amp.autocast, as the aten entry does
     "builtins.getattr": lambda obj, name: None if name == "device" else getattr(obj, name),
+    # the checks fx adds for arguments left at their defaults (traced as constants)
+    "torch._assert": lambda condition, message: None,
+    "torch.fx._symbolic_trace._assert_is_none": lambda value, message: None,
 }
 _FX["torch.squeeze"], _FX["torch.div"] = _FX["Tensor.squeeze"], _FX["Tensor.div"]
 
@@ -142,16 +145,17 @@ def _aten_entry(name):
 
 
 def _functional(torch, target):
-    """jaxdl.nn.functional's function for a torch.nn.functional one, with its random key."""
+    """jaxdl.nn.functional's function for a torch.nn.functional one, with its random key
+    (keyword-only `key`, or `dropout_key` for scaled_dot_product_attention) as `rng`."""
     name = target.__name__
     if getattr(torch.nn.functional, name, None) is not target or not hasattr(F, name):
         return None, False
     fn = getattr(F, name)
-    kw = {"dropout_key" if name == "scaled_dot_product_attention" else "key"}
-    random = any(p in fn.__code__.co_varnames[fn.__code__.co_argcount:] for p in kw)
-    if not random:
+    params = inspect.signature(fn).parameters
+    key = next((k for k in ("dropout_key", "key")
+                if k in params and params[k].kind is params[k].KEYWORD_ONLY), None)
+    if key is None:
         return fn, False
-    (key,) = kw
     return (lambda *args, rng, **kwargs: fn(*args, **{key: rng}, **kwargs)), True
 
 
@@ -174,8 +178,8 @@ def _lookup(torch, node):
     if target in _IN_PLACE_OPERATORS:
         return _IN_PLACE_OPERATORS[target], f"operator.{name}", False, True
     module = {"_operator": "operator"}.get(target.__module__, target.__module__ or "")
-    if module in ("operator", "math", "builtins"):
-        key = f"{module}.{name}"
+    key = f"{module}.{name}"
+    if module in ("operator", "math", "builtins") or key in _FX:
         return _FX.get(key) or ATEN.get(key), key, False, False
     if getattr(torch, name, None) is target:
         fn = _FX.get(f"torch.{name}") or _aten_entry(name)
@@ -227,9 +231,13 @@ class _Builder:
         return value
 
     def placeholder(self, node):
-        if self.inputs >= len(self.example_inputs):
-            raise TypeError(f"from_torch: forward takes more arguments than the "
-                            f"{len(self.example_inputs)} example inputs ({node.target})")
+        if self.inputs >= len(self.example_inputs):  # an argument left at its default
+            if not node.args:
+                raise TypeError(f"from_torch: forward's argument {node.target} has no default "
+                                f"and no example input ({len(self.example_inputs)} given)")
+            slot = self.slots[node.name] = self.program.new_slot()
+            self.program.constants.append((slot, node.args[0]))
+            return
         x = self.example_inputs[self.inputs]
         self.inputs += 1
         dims = [None if axis in self.dynamic.get(self.inputs - 1, ()) else size
@@ -346,10 +354,15 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
     """The jaxdl module for a custom torch module that torch.export refused (its error in
     `export_failure`), from `torch.fx` symbolic tracing in each mode the code needs."""
     dynamic = _dynamic_axes(example_inputs, dynamic_shapes)
+    # Arguments after the example inputs keep their defaults, as torch.export keeps them
+    # (`mask=None`: fx would otherwise trace `if mask is not None` with a proxy).
+    params = list(inspect.signature(module.forward).parameters.values())[len(example_inputs):]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
     def capture(training):
         try:
-            graph = _leaf_tracer(torch, units).trace(module)
+            graph = _leaf_tracer(torch, units).trace(module, concrete_args=defaults)
         except Exception as err:
             raise NotImplementedError(_neither(module, export_failure, err)) from err
         constants = {n.target: _attribute(module, n.target) for n in graph.nodes

@@ -126,6 +126,41 @@ def test_fx_fallback_shapes_and_buffer_updates(rng):
         fixed(jnp.ones((5, 4)))
 
 
+class _Methods(nn.Module):
+    """Tensor methods and torch functions in their Python spellings (varargs sizes, overloads
+    picked by arguments, (values, indices) results) and an argument left at its default."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, mask=None, scale=2.0):
+        y = self.lin(x) * scale
+        if mask is not None:  # fx traces this with the default (None), as export would
+            y = y * mask
+        q = y.view(2, 1, 2, 2).transpose(1, 2)
+        attended = F.scaled_dot_product_attention(q, q, q).flatten(1)
+        z = torch.zeros(2, 4, dtype=torch.long).float() + y.new_ones(2, 4)
+        values, indices = y.max(-1)
+        first, _ = torch.split(y, 2, 1)
+        out = attended + z + values.unsqueeze(1) * indices.float().unsqueeze(1)
+        return Output(out + first.repeat(1, 2) + x.sum() - y.mean(1, keepdim=True), y.max())
+
+
+def test_fx_fallback_methods_and_default_arguments(rng):
+    torch.manual_seed(0)
+    t = _Methods()
+    x = rand(rng, 2, 4)
+    model = dl.interop.from_torch(t, (torch.as_tensor(x),))
+    expected = t(torch.as_tensor(x))
+    out = model(jnp.asarray(x))
+    assert_close(out.logits, expected.logits, "output")
+    assert_close(out.embedding, expected.embedding, "y.max()")
+    expected.logits.sum().backward()
+    grads = dl.grad(lambda m: jnp.sum(m(jnp.asarray(x)).logits))(model)
+    assert_close(grads["lin.weight"], t.lin.weight.grad, "grad of lin.weight", 1e-4)
+
+
 class _UnknownFunction(nn.Module):
     def forward(self, x):
         return Output(torch.special.bessel_j0(x), x)  # a function the table lacks
