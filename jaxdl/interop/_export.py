@@ -63,6 +63,14 @@ def _user_frame(node) -> str:
     return f'File "{path}", line {line}, in {fn}: {code.strip()}'
 
 
+def data_dependent(node) -> str:
+    """The message for an operation whose output shape depends on tensor values."""
+    return (f"from_torch: the shape of {node.target} depends on the values in a tensor "
+            f"({_user_frame(node)}); a compiled JAX program needs shapes known from the input "
+            "shapes. Rewrite it with fixed shapes (e.g. torch.where instead of boolean "
+            "indexing).")
+
+
 def _op_name(target) -> tuple[str, str]:
     """(table key tried first, fallback key) of a graph node's target."""
     overload = getattr(target, "_overloadname", None)
@@ -316,10 +324,7 @@ class _Builder:
         val = node.meta.get("val")
         where = _user_frame(node)
         if val is not None and symbolic.free_unbacked_symbols(val):
-            raise NotImplementedError(
-                f"from_torch: the shape of {node.target} depends on the values in a tensor "
-                f"({where}); a compiled JAX program needs shapes known from the input shapes. "
-                "Rewrite it with fixed shapes (e.g. torch.where instead of boolean indexing).")
+            raise NotImplementedError(data_dependent(node))
         fn, key, in_place = _lookup(node.target)
         if fn is None:
             raise NotImplementedError(

@@ -24,6 +24,7 @@ an exported graph's are; the tests hold the table to torch.
 """
 
 import collections
+import copy
 import dataclasses
 import functools
 import inspect
@@ -34,7 +35,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl.interop._aten import ATEN, NEEDS_KEY
-from jaxdl.interop._export import _np_dtype, _split, _user_frame, capture_modes, converted, first_line
+from jaxdl.interop._export import (
+    _expect,
+    _np_dtype,
+    _split,
+    _user_frame,
+    capture_modes,
+    converted,
+    data_dependent,
+    first_line,
+)
 from jaxdl.interop._replay import _Program, _Ref, _Step
 from jaxdl.nn import functional as F
 
@@ -190,10 +200,9 @@ def _lookup(torch, node):
 class _Builder:
     """Turns one fx Graph into a `_Program` (one mode)."""
 
-    def __init__(self, torch, module, graph, units, constants, example_inputs, dynamic):
+    def __init__(self, torch, module, graph, units, constants, example_inputs):
         self.torch, self.module, self.units = torch, module, units
-        self.graph, self.constants = graph, constants
-        self.example_inputs, self.dynamic = example_inputs, dynamic
+        self.graph, self.constants, self.example_inputs = graph, constants, example_inputs
         self.program = _Program()
         self.slots = {}  # node name -> slot of its current value (in-place ops rebind)
         self.buffers = {}  # node name -> state_dict name of a buffer read by get_attr
@@ -238,10 +247,10 @@ class _Builder:
             slot = self.slots[node.name] = self.program.new_slot()
             self.program.constants.append((slot, node.args[0]))
             return
-        x = self.example_inputs[self.inputs]
+        # a fake tensor, where a size that may vary is a symbol (all fixed if that run failed)
+        x = node.meta.get("val", self.example_inputs[self.inputs])
         self.inputs += 1
-        dims = [None if axis in self.dynamic.get(self.inputs - 1, ()) else size
-                for axis, size in enumerate(x.shape)]
+        dims = [size if isinstance(size, int) else None for size in x.shape]
         slot = self.slots[node.name] = self.program.new_slot()
         self.program.inputs.append((slot, node.target, dims, _np_dtype(self.torch, x.dtype).kind))
 
@@ -276,7 +285,8 @@ class _Builder:
         slot = self.slots[node.name] = self.program.new_slot()
         self.emit(node, _Step(
             fn=fn, args=self.arg(node.args), kwargs=self.arg(dict(node.kwargs)), out=slot,
-            random=random, what=f"{name} ({where})"))
+            random=random, expect=_expect(self.torch, node.meta.get("val")),
+            what=f"{name} ({where})"))
         if in_place:
             self.rebind(node, name)
 
@@ -368,8 +378,8 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
         constants = {n.target: _attribute(module, n.target) for n in graph.nodes
                      if n.op == "get_attr"}
         try:
-            return _Builder(torch, module, graph, units, constants, example_inputs,
-                            dynamic).build()
+            _propagate(torch, module, graph, example_inputs, dynamic)
+            return _Builder(torch, module, graph, units, constants, example_inputs).build()
         except NotImplementedError as err:
             raise NotImplementedError(
                 f"{err}\n(traced with torch.fx because torch.export could not capture this "
@@ -382,6 +392,45 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
         for name in set(vars(module)) - before:  # fx stores traced constants on the module
             delattr(module, name)
     return converted(torch, module, units, programs)
+
+
+def _propagate(torch, module, graph, example_inputs, dynamic):
+    """Run the graph on fake tensors with torch's own shape rules (nothing computed; a copy
+    of the module runs, so its buffers stay as they are): `node.meta["val"]` then holds the
+    shape and dtype each replayed result is checked against, a size that may vary being a
+    symbol. Refuses an operation whose output shape depends on tensor values. Where torch's
+    fake kernels cannot follow, the remaining results go unchecked."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        FakeTensorMode,
+    )
+    from torch.fx.experimental import symbolic_shapes as symbolic
+
+    mode = FakeTensorMode(shape_env=symbolic.ShapeEnv(), allow_non_fake_inputs=True)
+    inputs = [mode.from_tensor(x, symbolic_context=symbolic.StatelessSymbolicContext(
+        dynamic_sizes=[symbolic.DimDynamic.DYNAMIC if axis in dynamic.get(i, ())
+                       else symbolic.DimDynamic.STATIC for axis in range(x.ndim)]))
+        for i, x in enumerate(example_inputs)]
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            try:
+                val = node.meta["val"] = super().run_node(node)
+            except (DataDependentOutputException, DynamicOutputShapeException) as err:
+                raise NotImplementedError(data_dependent(node)) from err
+            if symbolic.free_unbacked_symbols(val):  # a size torch only knows by running it
+                raise NotImplementedError(data_dependent(node))
+            return val
+
+    recorder = Recorder(torch.fx.GraphModule(copy.deepcopy(module), graph))
+    with mode:
+        try:
+            recorder.run(*inputs)
+        except NotImplementedError:
+            raise
+        except Exception:  # the checks are a bonus: the replay does not need them
+            pass
 
 
 def _neither(module, export_failure, trace_error):

@@ -140,11 +140,12 @@ class _ReplayError(RuntimeError):
 
 
 def _conform(out, expect):
-    """Check a step's result against the shape torch.export recorded; give integer and bool
+    """Check a step's result against the shape torch recorded; give integer and bool
     results torch's dtype (jnp and torch promote a few mixed dtypes differently). Floating
     results keep theirs: under `dl.amp.autocast` a matrix product is meant to be 16-bit."""
     if isinstance(expect, list):
-        return type(out)(_conform(o, e) for o, e in zip(out, expect))
+        items = [_conform(o, e) for o, e in zip(out, expect)]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
     dims, dtype = expect
     shape = getattr(out, "shape", None)
     if shape is None:

@@ -177,6 +177,11 @@ class _InPlaceInput(nn.Module):
         return Output(x, x)
 
 
+class _DataDependentShape(nn.Module):
+    def forward(self, x):
+        return Output(x[x > 0].sum() * x, x)
+
+
 class _DataDependentBranch(nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # neither export nor fx can capture this with a dataclass output
@@ -193,6 +198,8 @@ def test_fx_fallback_refuses_at_conversion_naming_the_line():
         dl.interop.from_torch(_UnknownFunction(), x)
     with pytest.raises(NotImplementedError, match=r"Tensor\.cummax \(File .*line \d+"):
         dl.interop.from_torch(_UnknownMethod(), x)
+    with pytest.raises(NotImplementedError, match=r"depends on the values.*x\[x > 0\]"):
+        dl.interop.from_torch(_DataDependentShape(), x)
     with pytest.raises(NotImplementedError, match=r"Tensor\.mul_ .* updates x in place"):
         dl.interop.from_torch(_InPlaceInput(), x)
     with pytest.raises(NotImplementedError) as err:
