@@ -19,8 +19,9 @@ or `call_method` (a Tensor method) node. These are replayed through the same
 - Python operators on tensors and sizes as themselves.
 
 Anything else is refused at conversion time with the line of the user's forward.
-fx records no shapes or dtypes, so results are not checked against torch's as
-an exported graph's are; the tests hold the table to torch.
+fx records no shapes, so the graph is run once on fake tensors (`_propagate`):
+that gives each result's shape and dtype for the replay to check, as for an
+exported graph, and finds sizes that depend on tensor values.
 """
 
 import collections
