@@ -379,6 +379,7 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
         constants = {n.target: _attribute(module, n.target) for n in graph.nodes
                      if n.op == "get_attr"}
         try:
+            _check_trace(torch, module, graph, example_inputs)
             _propagate(torch, module, graph, example_inputs, dynamic)
             return _Builder(torch, module, graph, units, constants, example_inputs).build()
         except NotImplementedError as err:
@@ -393,6 +394,39 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
         for name in set(vars(module)) - before:  # fx stores traced constants on the module
             delattr(module, name)
     return converted(torch, module, units, programs)
+
+
+def _check_trace(torch, module, graph, example_inputs):
+    """fx records what forward does to proxies, which can differ from what it does to
+    tensors (`isinstance(x, torch.Tensor)` is False for a proxy). So forward and the traced
+    graph both run in torch on the example inputs, each on its own copy of the module with
+    the same random seed, and must give the same outputs."""
+    results = []
+    for run in (lambda m: m, lambda m: torch.fx.GraphModule(m, graph)):
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(0)
+            results.append(_leaves(run(copy.deepcopy(module))(*example_inputs)))
+    same = len(results[0]) == len(results[1]) and all(
+        a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else a == b
+        for a, b in zip(*results))
+    if not same:
+        raise NotImplementedError(
+            f"from_torch: the torch.fx graph of {type(module).__name__}.forward computes "
+            "something other than forward on the example inputs: forward must treat its "
+            "tensors alike whatever their type (fx traces it with proxies, for which "
+            "isinstance(x, torch.Tensor) is False)")
+
+
+def _leaves(out):
+    """The tensors and other values in an output, containers (dataclasses too) opened."""
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        return _leaves([getattr(out, f.name) for f in dataclasses.fields(out)])
+    if isinstance(out, dict):
+        return _leaves(list(out.values()))
+    if isinstance(out, list | tuple):
+        return [leaf for item in out for leaf in _leaves(item)]
+    return [out]
 
 
 def _propagate(torch, module, graph, example_inputs, dynamic):

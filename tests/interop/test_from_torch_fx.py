@@ -73,7 +73,7 @@ def _convert(rng):
     return torch_model, dl.interop.from_torch(torch_model, (torch.as_tensor(inputs[0]),)), inputs
 
 
-def test_fx_fallback_converts_matches_and_trains_in_step(rng):
+def test_fx_fallback_converts_matches_and_trains_in_step(rng, tmp_path):
     torch_model, model, inputs = _convert(rng)
     assert list(model.state_dict()) == list(torch_model.state_dict())
     assert type(model.conv) is dl.nn.Conv2d and type(model.bn) is dl.nn.BatchNorm2d
@@ -82,6 +82,12 @@ def test_fx_fallback_converts_matches_and_trains_in_step(rng):
     assert type(out) is Output  # the dataclass, holding jax arrays
     check_against_torch(torch_model, model, inputs, rng)
     train_in_step(torch_model, model, inputs, _images, rng)
+    dl.save({"model": model}, tmp_path / "ckpt")  # saves and loads like any jaxdl module
+    trained = {k: np.asarray(v) for k, v in model.state_dict().items()}
+    model.load_state_dict({k: np.zeros_like(v) for k, v in trained.items()})
+    dl.load(tmp_path / "ckpt", target={"model": model})
+    for name, value in trained.items():
+        np.testing.assert_array_equal(np.asarray(model.state_dict()[name]), value)
 
 
 def test_fx_fallback_compare_reports_stock_layers(rng):
@@ -182,6 +188,13 @@ class _DataDependentShape(nn.Module):
         return Output(x[x > 0].sum() * x, x)
 
 
+class _TypeCheck(nn.Module):
+    def forward(self, x):
+        if isinstance(x, torch.Tensor):  # False for fx's proxy: the trace takes the other way
+            return Output(x * 2, x)
+        return Output(x * 3, x)
+
+
 class _DataDependentBranch(nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # neither export nor fx can capture this with a dataclass output
@@ -200,6 +213,9 @@ def test_fx_fallback_refuses_at_conversion_naming_the_line():
         dl.interop.from_torch(_UnknownMethod(), x)
     with pytest.raises(NotImplementedError, match=r"depends on the values.*x\[x > 0\]"):
         dl.interop.from_torch(_DataDependentShape(), x)
+    with pytest.raises(NotImplementedError, match=r"fx graph of _TypeCheck.forward computes "
+                       r"something other than forward"):
+        dl.interop.from_torch(_TypeCheck(), x)
     with pytest.raises(NotImplementedError, match=r"Tensor\.mul_ .* updates x in place"):
         dl.interop.from_torch(_InPlaceInput(), x)
     with pytest.raises(NotImplementedError) as err:
