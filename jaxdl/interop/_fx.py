@@ -201,8 +201,8 @@ def _lookup(torch, node):
 class _Builder:
     """Turns one fx Graph into a `_Program` (one mode)."""
 
-    def __init__(self, torch, module, graph, units, constants, example_inputs):
-        self.torch, self.module, self.units = torch, module, units
+    def __init__(self, torch, module, graph, constants, example_inputs):
+        self.torch, self.module = torch, module
         self.graph, self.constants, self.example_inputs = graph, constants, example_inputs
         self.program = _Program()
         self.slots = {}  # node name -> slot of its current value (in-place ops rebind)
@@ -381,7 +381,7 @@ def convert_traced(torch, module, example_inputs, dynamic_shapes, units, export_
         try:
             _check_trace(torch, module, graph, example_inputs)
             _propagate(torch, module, graph, example_inputs, dynamic)
-            return _Builder(torch, module, graph, units, constants, example_inputs).build()
+            return _Builder(torch, module, graph, constants, example_inputs).build()
         except NotImplementedError as err:
             raise NotImplementedError(
                 f"{err}\n(traced with torch.fx because torch.export could not capture this "
