@@ -106,9 +106,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                   grouped)
 
 
-def _split_heads(x, batch_heads, head_dim):
-    """(S, N, E) -> (N * heads, S, head_dim), PyTorch's head-major layout."""
-    return jnp.swapaxes(x.reshape(x.shape[0], batch_heads, head_dim), 0, 1)
+def _split_heads(x, num_heads):
+    """(N, S, E) -> (N * heads, S, head_dim), PyTorch's batch-major, then head, order."""
+    batch, length, embed_dim = x.shape
+    x = jnp.swapaxes(x.reshape(batch, length, num_heads, embed_dim // num_heads), 1, 2)
+    return x.reshape(batch * num_heads, length, embed_dim // num_heads)
 
 
 def multi_head_attention_forward(
@@ -117,12 +119,17 @@ def multi_head_attention_forward(
         out_proj_bias, training: bool = True, key_padding_mask=None, need_weights: bool = True,
         attn_mask=None, use_separate_proj_weight: bool = False, q_proj_weight=None,
         k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None,
-        average_attn_weights: bool = True, is_causal: bool = False, *, dropout_key=None):
+        average_attn_weights: bool = True, is_causal: bool = False, *, dropout_key=None,
+        batch_first: bool = False):
     """PyTorch's `F.multi_head_attention_forward` on (L, N, E) inputs (or unbatched (L, E)).
 
     Masks follow `nn.MultiheadAttention`: bool True means "may NOT attend"; float masks
     are added. attn_mask is (L, S) or (N * num_heads, L, S); key_padding_mask is (N, S).
     `is_causal` is only a hint in PyTorch: attn_mask must hold the causal mask.
+
+    `batch_first=True` (jaxdl's addition, what MultiheadAttention(batch_first=True) calls)
+    takes and returns (N, L, E): the work is batch-major inside either way, so batch-first
+    inputs are never transposed to PyTorch's (L, N, E) and back.
 
     Returns:
         (output (L, N, E), weights (N, L, S) averaged over heads, (N, heads, L, S)
@@ -140,25 +147,28 @@ def multi_head_attention_forward(
                     and bias_k is None and not add_zero_attn)
     if flash_causal:
         attn_mask = None
-    elif is_causal and key_padding_mask is None and not need_weights:
-        # PyTorch then trusts the hint and uses its own causal mask instead of attn_mask
-        attn_mask = ~jnp.tril(jnp.ones((query.shape[0], key.shape[0]), jnp.bool_))
     batched = query.ndim == 3
     if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-        raise ValueError(f"expected query, key and value all 3-d (L, N, E) or all 2-d (L, E), "
+        layout = "(N, L, E)" if batch_first else "(L, N, E)"
+        raise ValueError(f"expected query, key and value all 3-d {layout} or all 2-d (L, E), "
                          f"got shapes {query.shape}, {key.shape}, {value.shape}")
     if not batched:
-        query, key, value = query[:, None], key[:, None], value[:, None]
+        query, key, value = query[None], key[None], value[None]
         if key_padding_mask is not None:
             key_padding_mask = jnp.asarray(key_padding_mask)[None]
-    target_len, batch, embed_dim = query.shape
-    source_len = key.shape[0]
+    elif not batch_first:
+        query, key, value = (jnp.swapaxes(x, 0, 1) for x in (query, key, value))
+    batch, target_len, embed_dim = query.shape
+    source_len = key.shape[1]
     if embed_dim != embed_dim_to_check:
         raise ValueError(f"expected query embedding size {embed_dim_to_check}, got shape "
                          f"{query.shape}")
-    if key.shape[:2] != value.shape[:2] or key.shape[1] != batch:
+    if key.shape[:2] != value.shape[:2] or key.shape[0] != batch:
         raise ValueError(f"expected key and value of matching (S, N) with N={batch}, got shapes "
                          f"{key.shape} and {value.shape}")
+    if is_causal and not flash_causal and key_padding_mask is None and not need_weights:
+        # PyTorch then trusts the hint and uses its own causal mask instead of attn_mask
+        attn_mask = ~jnp.tril(jnp.ones((target_len, source_len), jnp.bool_))
     head_dim = embed_dim // num_heads
     if use_separate_proj_weight:
         weights = (q_proj_weight, k_proj_weight, v_proj_weight)
@@ -192,11 +202,11 @@ def multi_head_attention_forward(
             key_padding_mask = jnp.pad(key_padding_mask, ((0, 0), (0, 1)))
 
     if bias_k is not None:
-        k = jnp.concatenate([k, jnp.broadcast_to(bias_k, (1, batch, embed_dim))])
-        v = jnp.concatenate([v, jnp.broadcast_to(bias_v, (1, batch, embed_dim))])
+        k = jnp.concatenate([k, jnp.broadcast_to(bias_k, (batch, 1, embed_dim))], axis=1)
+        v = jnp.concatenate([v, jnp.broadcast_to(bias_v, (batch, 1, embed_dim))], axis=1)
         pad_masks()
     batch_heads = batch * num_heads
-    q, k, v = (_split_heads(x, batch_heads, head_dim) for x in (q, k, v))
+    q, k, v = (_split_heads(x, num_heads) for x in (q, k, v))
     if add_zero_attn:
         zeros = jnp.zeros((batch_heads, 1, head_dim), dtype)
         k, v = jnp.concatenate([k, zeros], axis=1), jnp.concatenate([v, zeros], axis=1)
@@ -213,14 +223,16 @@ def multi_head_attention_forward(
     else:
         out, attn = _flash(q, k, v, attn_mask, dropout_p, dropout_key, head_dim ** -0.5,
                            flash_causal), None
-    out = jnp.swapaxes(out, 0, 1).reshape(target_len, batch, embed_dim)
-    out = linear(out, out_proj_weight, out_proj_bias)
+    out = jnp.swapaxes(out.reshape(batch, num_heads, target_len, head_dim), 1, 2)
+    out = linear(out.reshape(batch, target_len, embed_dim), out_proj_weight, out_proj_bias)
     if need_weights:
         attn = attn.reshape(batch, num_heads, target_len, attn.shape[-1])
         attn = attn.mean(axis=1) if average_attn_weights else attn
     if not batched:
-        out = out[:, 0]
+        out = out[0]
         attn = None if attn is None else attn[0]
+    elif not batch_first:
+        out = jnp.swapaxes(out, 0, 1)
     return out, attn
 
 
@@ -301,8 +313,6 @@ class MultiheadAttention(Module):
         check_argument(self, query, "query", (2, 3), self.embed_dim)
         check_argument(self, key, "key", (query.ndim,), self.kdim)
         check_argument(self, value, "value", (query.ndim,), self.vdim)
-        if self.batch_first and query.ndim == 3:
-            query, key, value = (jnp.swapaxes(x, 0, 1) for x in (query, key, value))
         dropout_key = self._next_key() if self.training and self.dropout > 0 else None
         try:
             out, weights = multi_head_attention_forward(
@@ -313,11 +323,9 @@ class MultiheadAttention(Module):
                 attn_mask=attn_mask, use_separate_proj_weight=not self._qkv_same_embed_dim,
                 q_proj_weight=self.q_proj_weight, k_proj_weight=self.k_proj_weight,
                 v_proj_weight=self.v_proj_weight, average_attn_weights=average_attn_weights,
-                is_causal=is_causal, dropout_key=dropout_key)
+                is_causal=is_causal, dropout_key=dropout_key, batch_first=self.batch_first)
         except ValueError as err:  # the functional's shape checks, made to name this module
             raise ShapeError(f"{self._describe()}: {err}") from None
         except TypeError as err:
             raise TypeError(f"{self._describe()}: {err}") from None
-        if self.batch_first and query.ndim == 3:
-            out = jnp.swapaxes(out, 0, 1)
         return out, weights

@@ -1,9 +1,9 @@
 """Dropout, dropout2d/3d, alpha dropout: functional forms (key= or the global stream) and modules
 (masks from the module's own key stream)."""
 
-import jax
 import jax.numpy as jnp
 
+from jaxdl._counter_random import bernoulli_keep
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
 from jaxdl.nn._keys import fresh_key as _fresh_key
@@ -18,7 +18,7 @@ def _keep_mask(input, p, training, key, mask_shape, what):
         return None
     if p == 1.0:
         return False
-    return jax.random.bernoulli(_fresh_key(key, input, what), 1.0 - p, mask_shape)
+    return bernoulli_keep(_fresh_key(key, input, what), mask_shape, p)
 
 
 def _dropout(input, p, training, key, mask_shape, what):

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdl._counter_random import keep_mask, stream_seed
 from jaxdl._jax_compat import pallas as pl
 from jaxdl._jax_compat import pallas_triton as plgpu
 from jaxdl.ops import _online
-from jaxdl.ops._attention_xla import head_seed, keep_mask
 
 F32 = jnp.float32
 
@@ -195,7 +195,7 @@ def _flatten(q, k, v, bias, seeds):
     flat = [q.reshape(-1, e), k.reshape(-1, e), v.reshape(-1, d.ev)]
     if bias is not None:
         flat.append(bias.reshape(-1, bias.shape[-1]))
-    flat.append(head_seed(seeds, jnp.arange(heads, dtype=jnp.int32)))
+    flat.append(stream_seed(seeds, jnp.arange(heads, dtype=jnp.int32)))
     return d, heads, flat
 
 

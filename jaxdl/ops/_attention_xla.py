@@ -13,15 +13,16 @@ diagonal are skipped (the loops' trip counts depend on the block index).
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdl._counter_random import keep_mask, stream_seed
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl.ops import _online
 
 F32 = jnp.float32
-SINGLE_TILE = 512 * 512  # problems with at most this many scores per head take one tile
-BLOCK = 128  # otherwise: (BLOCK, BLOCK) tiles (128 measured faster than 64 and 256 on CPU)
+BLOCK = 128  # (BLOCK, BLOCK) tiles: measured faster than 64, 256 and mixed shapes on CPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,38 +34,10 @@ class Config:
     dropout_p: float
 
 
-# ---- dropout: counter-based, so the backward regenerates the forward's mask ------------------
-
-
-def _fmix32(x):
-    """MurmurHash3's 32-bit finaliser: a bijection on uint32 that mixes every bit."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
-    return x ^ (x >> 16)
-
-
-def head_seed(seeds, head):
-    """One uint32 per query head (flat index b * H + h) from the two seeds of the key."""
-    return _fmix32(seeds[0] + head.astype(jnp.uint32) * jnp.uint32(0x9E3779B9)) ^ seeds[1]
-
-
-def keep_mask(hseed, rows, cols, p):
-    """Which (row, col) weights dropout keeps: P(keep) = 1 - p, a pure function of the
-    indices, so forward and backward (and the XLA and Pallas paths) draw the same mask.
-    `hseed` broadcasts against rows (per-row part mixed once) and cols."""
-    row_part = _fmix32(hseed ^ (rows.astype(jnp.uint32) * jnp.uint32(0x27D4EB2F)))
-    bits = _fmix32(row_part + cols.astype(jnp.uint32))
-    return bits >= jnp.uint32(min(int(round(p * 2.0**32)), 2**32 - 1))
-
-
 # ---- tiles ------------------------------------------------------------------------------------
 
 
 def blocks_for(n_q, n_k):
-    if n_q * n_k <= SINGLE_TILE:
-        return n_q, n_k
     return min(BLOCK, n_q), min(BLOCK, n_k)
 
 
@@ -185,7 +158,7 @@ def _head_seeds(seeds, shape):
     b, hk, g = shape[:3]
     heads = lax.broadcasted_iota(jnp.int32, (b, hk, g), 0) * (hk * g) + lax.broadcasted_iota(
         jnp.int32, (b, hk, g), 1) * g + lax.broadcasted_iota(jnp.int32, (b, hk, g), 2)
-    return head_seed(seeds, heads)
+    return stream_seed(seeds, heads)
 
 
 def _prepare(q, k, v, bias, bq, bk):
@@ -292,15 +265,32 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
 
 
 def dense(q, k, v, bias, seeds, cfg):
-    """The same attention with the whole (L, S) score matrix, differentiable by jax.vjp:
-    the backward of a differentiated additive mask."""
-    t = _Tiling(q.shape[3], k.shape[2], q.shape[3], k.shape[2])
-    heads = _head_seeds(seeds, q.shape[:3]) if cfg.dropout_p > 0.0 else None
-    s, keep = _scores(q, k, bias, 0, 0, t, cfg, heads)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    p = jnp.exp(s - _online.safe_shift(m))
-    l = jnp.sum(p, axis=-1, keepdims=True)
-    p = p / jnp.where(l == 0.0, 1.0, l)
-    if keep is not None:
-        p = jnp.where(keep, p / (1.0 - cfg.dropout_p), 0.0)
-    return _rows_times(p.astype(v.dtype), v).astype(q.dtype)
+    """The same attention with the whole (L, S) score matrix, differentiated by JAX: the
+    CPU path for small problems (`_attention.DENSE_SCORES`) and the backward of a
+    differentiated additive mask.
+
+    The G query heads of a key/value head are folded into the rows, so every product
+    is a 4-d one (5-d products with their reshapes ran 1.5x slower on CPU)."""
+    b, hk, g, n_q, e = q.shape
+    n_k = k.shape[2]
+    acc = accumulation_dtype(q.dtype)
+    s = jnp.einsum("bhqc,bhkc->bhqk", q.reshape(b, hk, g * n_q, e), k,
+                   preferred_element_type=acc) * cfg.scale
+    if bias is not None:
+        s = s + jnp.broadcast_to(bias, (*bias.shape[:2], g, n_q, n_k)).reshape(
+            *bias.shape[:2], g * n_q, n_k)
+    rows = lax.broadcasted_iota(jnp.int32, (g, n_q, 1), 1).reshape(g * n_q, 1)
+    cols = lax.broadcasted_iota(jnp.int32, (1, n_k), 1)
+    if cfg.causal:
+        s = jnp.where(cols <= rows, s, -jnp.inf)
+    # a query that sees no key: softmax of zeros (no NaN in the backward), output 0
+    dead = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)) == -jnp.inf
+    p = jax.nn.softmax(jnp.where(dead, 0.0, s), axis=-1)
+    if cfg.dropout_p > 0.0:
+        heads = _head_seeds(seeds, q.shape[:3])  # (B, Hk, G): one seed per query head
+        seed_rows = jnp.repeat(heads, n_q, axis=2)[..., None]
+        p = jnp.where(keep_mask(seed_rows, rows, cols, cfg.dropout_p),
+                      p / (1.0 - cfg.dropout_p), 0.0)
+    out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=acc)
+    out = jnp.where(dead, 0.0, out)
+    return out.reshape(b, hk, g, n_q, -1).astype(q.dtype)

@@ -89,3 +89,31 @@ def test_alpha_dropout_modules_eval_identity_train_keys_and_gradients():
         jax.jit(lambda x: F.alpha_dropout(x, 0.5, training=True))(x)
     with pytest.raises(nn.ShapeError, match=r"FeatureAlphaDropout\): expected input of rank"):
         nn.FeatureAlphaDropout()(np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_mask_is_bernoulli_without_structure(p):
+    """The counter-based mask: P(keep) = 1 - p, kept entries scaled by 1 / (1 - p), and no
+    correlation between neighbours along either axis or between masks of two keys."""
+    x = jnp.ones((2048, 512))
+    out = np.asarray(F.dropout(x, p, key=jax.random.key(3)))
+    keep = out != 0
+    n, q = keep.size, 1.0 - p
+    assert abs(keep.mean() - q) < 5 * np.sqrt(q * p / n)
+    np.testing.assert_allclose(out[keep], 1.0 / q, rtol=1e-6)
+    bound = 5 / np.sqrt(n)
+    for a, b in ((keep[:, 1:], keep[:, :-1]), (keep[1:], keep[:-1]),
+                 (keep, np.asarray(F.dropout(x, p, key=jax.random.key(4))) != 0)):
+        assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < bound
+    # rows are not repeats of one another (a hash of the row index, not a shared stream)
+    assert len({row.tobytes() for row in np.packbits(keep, axis=1)}) == keep.shape[0]
+
+
+def test_dropout_mask_depends_only_on_key_eager_and_compiled():
+    x = jnp.asarray(rand(np.random.default_rng(0), 4, 3, 5, 6))
+    key = jax.random.key(7)
+    eager = F.dropout(x, 0.3, key=key)
+    compiled = jax.jit(lambda x, k: F.dropout(x, 0.3, key=k))(x, key)
+    np.testing.assert_array_equal(np.asarray(eager), np.asarray(compiled))
+    assert not np.array_equal(np.asarray(eager), np.asarray(F.dropout(x, 0.3, key=jax.random.key(8))))
+    assert F.dropout(jnp.ones(()), 0.5, key=key).shape == ()
