@@ -34,7 +34,9 @@ import statistics
 import time
 
 # Before jax is imported (XLA's CPU thread pools are fixed at start); spawned
-# workers re-import this file and get the same setting.
+# workers re-import this file and get the same setting. This keeps Eigen's pool to one
+# thread only: XLA's other pools still see every core (CPU affinity bounds them, as
+# _timing.pin_threads does), which is what a user's loader competes with.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import numpy as np  # noqa: E402
