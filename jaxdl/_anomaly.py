@@ -22,6 +22,7 @@ import numpy as np
 from jax.experimental import checkify
 
 from jaxdl import _trace_state
+from jaxdl._tracing import is_traced
 
 _trace_state.declare("detect_anomaly", False)
 
@@ -68,7 +69,7 @@ def check(ok, message: str, kind: type = RuntimeError, *fmt_args):
     compiled step if it is traced under anomaly detection; otherwise (traced without
     checkify) nothing can be checked."""
     message = _where() + message
-    if not isinstance(ok, jax.core.Tracer):
+    if not is_traced(ok):
         if not bool(np.all(np.asarray(ok))):
             raise kind(message.format(*(np.asarray(a).ravel()[0] for a in fmt_args)))
     elif _checkified[0]:
@@ -79,7 +80,7 @@ def check(ok, message: str, kind: type = RuntimeError, *fmt_args):
 def check_indices(indices, high: int, message: str, ignore_index=None):
     """Indices must lie in [0, high), except entries equal to `ignore_index` (IndexError).
     `message` may hold {} for the first bad value."""
-    if not isinstance(indices, jax.core.Tracer):
+    if not is_traced(indices):
         values = np.asarray(indices)
         bad = (values < 0) | (values >= high)
         if ignore_index is not None:

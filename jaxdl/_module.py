@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxdl import _anomaly, _convert, _trace_state
 from jaxdl._store import BUFFER, PARAM, RNG, Stateful, Store, is_array, join, keep_write, observe
+from jaxdl._tracing import is_traced
 
 _trace_state.declare("no_grad", 0)  # depth of nested no_grad blocks
 
@@ -227,7 +228,7 @@ class Module(Stateful):
             if value is None:
                 self._slots[name] = None
                 self._store.bump()
-            elif not is_array(value) and not isinstance(value, jax.core.Tracer):
+            elif not is_array(value) and not is_traced(value):
                 kind = "parameter" if name in self._params else "buffer"
                 raise TypeError(
                     f"cannot assign {type(value).__name__} to {kind} '{name}' of "

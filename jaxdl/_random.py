@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._tracing import is_traced
+
 _base_key = None
 _counter = itertools.count()
 
@@ -53,7 +55,7 @@ class KeyStream:
 # the same distribution at once. Under a trace (a key that is a tracer) jax.random
 # is used, so constructors stay traceable.
 def _numpy_generator(key):
-    if isinstance(key, jax.core.Tracer):
+    if is_traced(key):
         return None
     return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
 

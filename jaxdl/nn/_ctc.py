@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._tracing import is_traced
 from jaxdl.nn._reduction import reduce_loss
 
 
@@ -32,7 +33,7 @@ def _logsumexp(*terms):
 
 def _concrete(x):
     """x as numpy when it is known now (not a tracer), else None."""
-    return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
+    return None if is_traced(x) else np.asarray(x)
 
 
 def _lengths(value, batch, what):

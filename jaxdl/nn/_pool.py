@@ -15,6 +15,7 @@ import numpy as np
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl._random import KeyStream
+from jaxdl._tracing import is_traced
 from jaxdl.nn._conv import _tuple
 from jaxdl.nn._keys import fresh_key
 from jaxdl.nn._windows import window_views
@@ -161,7 +162,7 @@ def _max_unpoolnd(n, input, indices, kernel_size, stride, padding, output_size):
                          f"{tuple(input.shape)}, got {indices.dtype} {tuple(indices.shape)}")
     size = _unpool_size(input, n, kernel_size, stride, padding, output_size, where)
     plane = int(np.prod(size))
-    if not isinstance(indices, jax.core.Tracer) and indices.size:
+    if not is_traced(indices) and indices.size:
         concrete = np.asarray(indices)  # numpy: no traced ops even when called under jit
         low, high = int(concrete.min()), int(concrete.max())
         if low < 0 or high >= plane:  # JAX would silently drop such writes

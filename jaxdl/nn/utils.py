@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl._module import Parameters
+from jaxdl._tracing import is_traced
 
 
 def _leaves(grads) -> list:
@@ -41,7 +42,7 @@ def get_total_norm(tensors, norm_type: float = 2.0, error_if_nonfinite: bool = F
         total = jnp.linalg.norm(norms, norm_type)
     if not error_if_nonfinite:
         return total
-    if isinstance(total, jax.core.Tracer):
+    if is_traced(total):
         # A compiled step cannot stop halfway with the state as it was, as torch does; refuse
         # rather than let a non-finite norm through silently.
         raise RuntimeError(

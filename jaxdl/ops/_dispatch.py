@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl._tracing import is_traced
 from jaxdl.ops import _pallas, _reference
 from jaxdl.ops._pallas_core import Blocks
 
@@ -251,7 +252,7 @@ def _check_labels(logits, labels, axis, ignore_index):
         )
     if not jnp.issubdtype(labels.dtype, jnp.integer):
         raise ValueError(f"ops.cross_entropy: labels must be integers, got dtype {labels.dtype}")
-    if isinstance(labels, jax.core.Tracer):
+    if is_traced(labels):
         return  # values unknown while tracing
     values = np.asarray(labels)
     n_classes = logits.shape[axis]
