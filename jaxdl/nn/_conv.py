@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxdl import amp, backends
 from jaxdl._convert import as_dtype
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
 from jaxdl.nn import _conv_cpu
@@ -120,6 +121,13 @@ def _channels_last_conv(x, w, stride, pairs, n, **options):
     return _to_first(y, n)
 
 
+def _add_bias(out, bias, n):
+    """out + bias per channel, summed in at least float32 so that the bias gradient (a sum over
+    batch and space) accumulates there, as torch's kernels do: a bfloat16 sum was 10% off."""
+    acc = accumulation_dtype(out.dtype)
+    return (out.astype(acc) + bias.reshape((-1,) + (1,) * n).astype(acc)).astype(out.dtype)
+
+
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
     input, weight, bias = amp.lower(input, weight, bias)
     stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
@@ -136,7 +144,7 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
         out = _channels_last_conv(x, weight, stride, pairs, n, rhs_dilation=dilation,
                                   feature_group_count=groups)
     if bias is not None:
-        out = out + bias.reshape((-1,) + (1,) * n)
+        out = _add_bias(out, bias, n)
     return out[0] if unbatched else out
 
 
@@ -192,7 +200,7 @@ def _conv_transposend(n, input, weight, bias, stride, padding, output_padding, g
         out = _conv_transpose_xla(x, weight.astype(x.dtype), stride, padding, output_padding,
                                   groups, dilation, n)
     if bias is not None:
-        out = out + bias.reshape((-1,) + (1,) * n)
+        out = _add_bias(out, bias, n)
     return out[0] if unbatched else out
 
 

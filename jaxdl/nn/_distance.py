@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 
+from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl.nn._reduction import legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
@@ -20,8 +21,10 @@ def vector_norm(x, p, axis, keepdims: bool = False):
     if p == 1:
         return jnp.sum(jnp.abs(x), axis=axis, keepdims=keepdims)
     zero = jnp.all(x == 0, axis=axis, keepdims=True)
-    safe = jnp.where(zero, 1, jnp.abs(x))
+    # powers and sum in at least float32, as torch's reduction (and its gradient with it)
+    safe = jnp.where(zero, 1, jnp.abs(x).astype(accumulation_dtype(x.dtype)))
     norm = jnp.where(zero, 0, jnp.sum(safe ** p, axis=axis, keepdims=True) ** (1.0 / p))
+    norm = norm.astype(x.dtype)
     return norm if keepdims else jnp.squeeze(norm, axis)
 
 
@@ -77,7 +80,9 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     """max(0, margin - x) where target != 1, plus x where target != -1 (torch's rule, which
     also defines targets other than +-1)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    loss = (jnp.where(target != 1, jnp.maximum(margin - input, 0.0), 0.0)
+    below = margin - input
+    # torch's clamp_min: at below == 0 (frequent in bfloat16) the gradient passes whole
+    loss = (jnp.where(target != 1, jnp.where(below >= 0, below, 0.0), 0.0)
             + jnp.where(target != -1, input, 0.0))
     return _reduce(loss, reduction)
 

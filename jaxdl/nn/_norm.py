@@ -135,7 +135,8 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     """x / max(||x||_p along dim, eps) (p = 0 counts non-zero entries, as torch)."""
     if input.ndim == 0:  # torch: a 0-d input is a one-element vector
         return normalize(input[None], p, 0, eps)[0]
-    return input / jnp.maximum(vector_norm(input, p, dim, keepdims=True), eps)
+    x = input.astype(accumulation_dtype(input.dtype))  # as the other norms (module docstring)
+    return (x / jnp.maximum(vector_norm(x, p, dim, keepdims=True), eps)).astype(input.dtype)
 
 
 def _register_affine(module, shape, dtype, weight: bool = True, bias: bool = True):

@@ -7,6 +7,7 @@ handled as PyTorch does: 'zeros' drops out-of-bounds corners, 'border' clamps th
 'reflection' folds it back (then clamps).
 """
 
+import jax
 import jax.numpy as jnp
 
 _MODES = ("bilinear", "nearest")
@@ -61,7 +62,10 @@ def _source_coords(coord, size, padding_mode, align_corners):
     if padding_mode == "reflection":
         pixel = _reflect(pixel, 0, 2 * (size - 1)) if align_corners else _reflect(pixel, -1, 2 * size - 1)
     if padding_mode in ("border", "reflection"):
-        pixel = jnp.clip(pixel, 0, size - 1)
+        # torch's clip_coordinates_set_grad: no gradient at the ends either (in bfloat16 a
+        # coordinate lands on them often)
+        inside = (pixel > 0) & (pixel < size - 1)
+        pixel = jnp.where(inside, pixel, jax.lax.stop_gradient(jnp.clip(pixel, 0, size - 1)))
     return pixel
 
 

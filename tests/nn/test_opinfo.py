@@ -47,6 +47,14 @@ EXEMPT = [
      "torch's ctc_loss gradient assumes log_probs came out of log_softmax (it adds "
      "exp(log_probs) within each input); jaxdl returns the gradient of the loss it computes "
      "(tests/nn/test_ctc.py checks the two differ by exactly that term)"),
+    ("normalize", "bfloat16", "grads",
+     lambda sample: sample.input.shape[sample.kwargs.get("dim", 1)] == 1,
+     "one element per vector: x / |x|_p is constant and its exact gradient 0; torch's bfloat16 "
+     "backward leaves up to 0.13 of rounding, ours (computed in float32) about 1e-6"),
+    ("scaled_dot_product_attention", "bfloat16", "grads", None,
+     "ops.attention's backward takes rowsum(dO * O) with O rounded to bfloat16, as "
+     "FlashAttention-2 and torch's CUDA kernels do; torch's CPU kernel sums dP * P in float32. "
+     "With OpInfo's entries up to 9 in size the rounding moves dq and dk by ~5% in one sample"),
     ("hardsigmoid", "float64", "grads", None,
      "torch's float64 backward multiplies by the float32 constant 1/6 (0.16666667, 5e-9 off); "
      "ours is 1/6 in float64"),
@@ -144,12 +152,15 @@ def _torch_outputs(fn, sample, seed=0):
 
 
 def _is_random(key, sample):
+    """Whether torch's output depends on the seed: several seeds, as a few can agree by chance
+    (a fractional max-pool window with two possible starts)."""
     if key not in RANDOM:
         return False
     fn = _torch_function(key)
     with torch.no_grad():
-        first, second = _torch_outputs(fn, sample, 0), _torch_outputs(fn, sample, 1)
-    return any(not torch.equal(a, b) for a, b in zip(first, second))
+        first = _torch_outputs(fn, sample, 0)
+        return any(not torch.equal(a, b) for seed in range(1, 8)
+                   for a, b in zip(first, _torch_outputs(fn, sample, seed)))
 
 
 def check_sample(key, sample, dtype_name, seed):
@@ -206,7 +217,7 @@ def check_sample(key, sample, dtype_name, seed):
         if problem:
             return "values", problem
     if grads is None:
-        return "match", None
+        return "match", "no gradient"
     t_grads = torch.autograd.grad(
         [t_out[i] for i in grad_outs], [torch_leaves[i] for i in diff],
         [torch.tensor(c, dtype=t_out[i].dtype) for i, c in zip(grad_outs, cotangents)],
@@ -256,15 +267,30 @@ def test_opinfo_samples_match_torch(key, dtype_name):
 
 
 def _report():
+    """Prints every difference, then per dtype and in all: names replayed, samples compared
+    (random ones left out) and the share whose values match, and of those with gradients
+    (values matching, differentiable), the share whose gradients match."""
     totals = {}
     for key, dtype_name in _cases():
         for _, outcome, detail, exempt in replay(key, dtype_name):
-            counts = totals.setdefault(dtype_name, {})
-            counts[outcome] = counts.get(outcome, 0) + 1
+            counts = totals.setdefault(dtype_name, {"names": set(), "values": [0, 0], "grads": [0, 0]})
+            counts["names"].add(key.split(".")[0])
+            if outcome == "random":
+                continue
+            counts["values"][0] += outcome in ("match", "grads")
+            counts["values"][1] += 1
+            if outcome == "grads" or outcome == "match" and detail != "no gradient":
+                counts["grads"][0] += outcome == "match"
+                counts["grads"][1] += 1
             if outcome not in ("match", "random"):
                 print(f"{key} {dtype_name}: {outcome}: {detail} [{exempt or 'NOT EXEMPT'}]")
-    for dtype_name, counts in totals.items():
-        print(dtype_name, counts)
+    for dtype_name, counts in [*totals.items(), ("all", {
+            "names": set().union(*(c["names"] for c in totals.values())),
+            **{part: [sum(c[part][i] for c in totals.values()) for i in (0, 1)]
+               for part in ("values", "grads")}})]:
+        rates = ", ".join(f"{part} {ok}/{n} ({100 * ok / n:.2f}%)"
+                          for part in ("values", "grads") for ok, n in [counts[part]])
+        print(f"{dtype_name}: {len(counts['names'])} names; {rates}")
 
 
 if __name__ == "__main__":
