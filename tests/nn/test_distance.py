@@ -32,6 +32,10 @@ FUNCTIONAL_CASES = {
     "cosine_embedding_loss": lambda rng: ([rand(rng, 6, 5), rand(rng, 6, 5)], [signs(rng, 6)],
                                           dict(margin=0.2)),
     "hinge_embedding_loss": lambda rng: ([rand(rng, 6, 5)], [signs(rng, 6, 5)], dict(margin=0.5)),
+    # entries at the margin: torch's clamp_min passes the whole gradient there
+    "hinge_embedding_loss-at-margin": lambda rng: ([np.array([0.5, 0.5, -1.0, 2.0], np.float32)],
+                                                    [np.array([-1.0, 1.0, -1.0, -1.0], np.float32)],
+                                                    dict(margin=0.5)),
     "margin_ranking_loss": lambda rng: ([rand(rng, 7), rand(rng, 7)], [signs(rng, 7)], dict(margin=0.1)),
     "soft_margin_loss": lambda rng: ([rand(rng, 4, 5)], [signs(rng, 4, 5)], {}),
     "multilabel_soft_margin_loss": lambda rng: ([rand(rng, 4, 5)],

@@ -35,6 +35,16 @@ def test_grid_sample_matches_torch(mode, padding_mode, align_corners):
                                      align_corners=align_corners))
 
 
+@pytest.mark.parametrize("padding_mode", ["border", "reflection"])
+def test_grid_sample_at_the_border_has_torch_gradient(padding_mode):
+    """Coordinates exactly at the ends (frequent in bfloat16): torch's clamp gives them no
+    gradient."""
+    x = rand(np.random.default_rng(3), 1, 2, 4, 5)
+    grid = np.array([[[[-1.0, 1.0], [1.0, -1.0], [0.3, 1.0]]]], np.float32)
+    check_functional(F.grid_sample, TF.grid_sample, [x, grid],
+                     kwargs=dict(padding_mode=padding_mode, align_corners=True))
+
+
 def test_affine_grid_then_grid_sample_end_to_end():
     rng = np.random.default_rng(2)
     x, theta = rand(rng, 2, 3, 6, 7), rand(rng, 2, 2, 3, scale=0.5)
