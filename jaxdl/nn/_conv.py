@@ -23,13 +23,13 @@ _PAD_MODES = ("circular", "constant", "reflect", "replicate")
 
 
 def _tuple(value, n: int, what: str) -> tuple:
-    if isinstance(value, int):
-        return (value,) * n
-    value = tuple(value)
+    value = (value,) * n if isinstance(value, int) else tuple(value)
     if len(value) == 1:  # torch repeats a one-element tuple over the spatial axes
         return value * n
     if len(value) != n:
         raise ValueError(f"{what} must be an int or a tuple of {n} ints, got {value}")
+    if what in ("stride", "dilation") and min(value) <= 0:
+        raise ValueError(f"{what} must be positive, got {value}")
     return value
 
 
@@ -128,7 +128,18 @@ def _add_bias(out, bias, n):
     return (out.astype(acc) + bias.reshape((-1,) + (1,) * n).astype(acc)).astype(out.dtype)
 
 
+def _check_conv(n, input, weight, groups, where):
+    if weight.ndim != n + 2 or input.ndim not in (n + 1, n + 2):
+        raise ValueError(f"{where}: expected input of {n + 1} or {n + 2} dimensions and weight of "
+                         f"{n + 2}, got input {tuple(input.shape)} and weight {tuple(weight.shape)}")
+    if input.shape[-n - 1] != weight.shape[1] * groups:
+        raise ValueError(f"{where}: input has {input.shape[-n - 1]} channels, weight "
+                         f"{tuple(weight.shape)} with groups={groups} expects "
+                         f"{weight.shape[1] * groups}")
+
+
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
+    _check_conv(n, input, weight, groups, f"F.conv{n}d")
     input, weight, bias = amp.lower(input, weight, bias)
     stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
     unbatched = input.ndim == n + 1

@@ -36,7 +36,11 @@ def _clamp_value(x, low):
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) along `dim`, after broadcasting x1 and x2,
     as torch (which clamps the norms without a gradient)."""
-    x1, x2 = jnp.broadcast_arrays(x1, x2)
+    try:
+        x1, x2 = jnp.broadcast_arrays(x1, x2)
+    except ValueError:
+        raise ValueError(f"cosine_similarity: x1 of shape {jnp.shape(x1)} and x2 of shape "
+                         f"{jnp.shape(x2)} do not broadcast") from None
     if x1.ndim == 0:  # torch: 0-d inputs are one-element vectors
         return cosine_similarity(x1[None], x2[None], 0, eps)
     n1 = _clamp_value(vector_norm(x1, 2, dim, keepdims=True), eps)

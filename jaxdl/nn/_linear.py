@@ -16,6 +16,9 @@ from jaxdl.nn.init import bias_uniform, default_weight
 
 def linear(input, weight, bias=None):
     """y = x W^T + b, W of shape (out_features, in_features)."""
+    if weight.ndim not in (1, 2) or input.shape[-1:] != weight.shape[-1:]:
+        raise ValueError(f"F.linear: input of shape {tuple(input.shape)} does not fit weight of "
+                         f"shape {tuple(weight.shape)} (out_features, in_features)")
     input, weight, bias = amp.lower(input, weight, bias)
     if input.ndim > 2:
         return _linear_rows(input, weight, bias)

@@ -16,15 +16,32 @@ from jaxdl.nn._reduction import REDUCTIONS, legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
 
+def _pointwise_pair(where, input, target):
+    """input and target in float (amp), after torch's check that their shapes broadcast."""
+    try:
+        jnp.broadcast_shapes(jnp.shape(input), jnp.shape(target))
+    except ValueError:
+        raise ValueError(f"{where}: input of shape {jnp.shape(input)} and target of shape "
+                         f"{jnp.shape(target)} do not broadcast") from None
+    return amp.full(input, target)
+
+
+def _same_shape(where, input, target):
+    if jnp.shape(input) != jnp.shape(target):
+        raise ValueError(f"{where}: target of shape {jnp.shape(target)} must have the input's "
+                         f"shape {jnp.shape(input)}")
+    return amp.full(input, target)
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = amp.full(input, target)
+    input, target = _pointwise_pair("mse_loss", input, target)
     return _reduce(jnp.square(input - target), reduction)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = amp.full(input, target)
+    input, target = _pointwise_pair("l1_loss", input, target)
     return _reduce(jnp.abs(input - target), reduction)
 
 
@@ -119,7 +136,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
                    beta: float = 1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta=0)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = amp.full(input, target)
+    input, target = _pointwise_pair("smooth_l1_loss", input, target)
     d = jnp.abs(input - target)
     if beta == 0.0:
         return _reduce(d, reduction)
@@ -129,7 +146,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0,
                weight=None):
     """0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)."""
-    input, target = amp.full(input, target)
+    input, target = _pointwise_pair("huber_loss", input, target)
     if weight is not None:
         raise NotImplementedError("F.huber_loss(weight=...)")
     d = jnp.abs(input - target)
@@ -141,7 +158,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                          reduction: str = "mean"):
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as in PyTorch."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = amp.full(input, target)
+    input, target = _same_shape("binary_cross_entropy", input, target)
     log_x = jnp.maximum(jnp.log(input), -100.0)
     log_1mx = jnp.maximum(jnp.log1p(-input), -100.0)
     loss = -(target * log_x + (1 - target) * log_1mx)
@@ -152,7 +169,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
                                      reduction: str = "mean", pos_weight=None):
     """BCE on logits, stable form; pos_weight scales the positive term (per class)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
-    input, target = amp.full(input, target)
+    input, target = _same_shape("binary_cross_entropy_with_logits", input, target)
     log_sig_neg = jax.nn.log_sigmoid(-input)  # log(1 - sigmoid(x))
     log_sig = jax.nn.log_sigmoid(input)
     pos = target * log_sig * (1.0 if pos_weight is None else pos_weight)

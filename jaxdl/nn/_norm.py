@@ -70,6 +70,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             return input
         raise ValueError(f"batch_norm: expected input (N, C, ...) of at least 2 dimensions, got "
                          f"shape {tuple(input.shape)}")
+    for name, value in (("running_mean", running_mean), ("running_var", running_var),
+                        ("weight", weight), ("bias", bias)):
+        if value is not None and jnp.shape(value) != (input.shape[1],):
+            raise ValueError(f"batch_norm: {name} must have shape ({input.shape[1]},) (the "
+                             f"input's channels), got {jnp.shape(value)}")
     if training or running_mean is None:
         mean, var, _ = _batch_stats(input)
     else:
@@ -78,6 +83,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 
 def _last_axes_norm(input, normalized_shape, eps, center: bool):
+    if tuple(input.shape[input.ndim - len(normalized_shape):]) != normalized_shape:
+        raise ValueError(f"normalized_shape {normalized_shape} is not the trailing shape of the "
+                         f"input {tuple(input.shape)}")
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     x = _f32(input)
     if center:
@@ -85,9 +93,14 @@ def _last_axes_norm(input, normalized_shape, eps, center: bool):
     return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axes, keepdims=True) + eps)
 
 
+def _shape_tuple(normalized_shape):
+    """torch takes an int for a 1-d normalized_shape."""
+    return (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     input = amp.full(input)
-    shape = tuple(normalized_shape)
+    shape = _shape_tuple(normalized_shape)
     y = _last_axes_norm(input, shape, eps, center=True)
     return _affine(y, weight, bias, shape).astype(input.dtype)
 
@@ -96,7 +109,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     """y = x / sqrt(mean(x^2) + eps) * weight; eps=None means finfo(input.dtype).eps."""
     input = amp.full(input)
     eps = jnp.finfo(input.dtype).eps if eps is None else eps
-    y = _last_axes_norm(input, tuple(normalized_shape), eps, center=False)
+    y = _last_axes_norm(input, _shape_tuple(normalized_shape), eps, center=False)
     return (y if weight is None else y * weight).astype(input.dtype)
 
 

@@ -10,6 +10,9 @@ from jaxdl._module import Module
 def pixel_shuffle(input, upscale_factor: int):
     """(*, C r^2, H, W) -> (*, C, H r, W r)."""
     r = upscale_factor
+    if input.ndim < 3 or input.shape[-3] % (r * r):
+        raise ValueError(f"pixel_shuffle: expected input (*, C * {r * r}, H, W) for "
+                         f"upscale_factor={r}, got shape {tuple(input.shape)}")
     *lead, c, h, w = input.shape
     x = input.reshape(*lead, c // (r * r), r, r, h, w)
     x = jnp.moveaxis(x, (-4, -3), (-3, -1))  # (*, C, H, r, W, r)
