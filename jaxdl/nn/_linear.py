@@ -20,7 +20,7 @@ def linear(input, weight, bias=None):
         raise ValueError(f"F.linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)} (out_features, in_features)")
     input, weight, bias = amp.lower(input, weight, bias)
-    if input.ndim > 2:
+    if input.ndim > 2 and weight.ndim == 2:
         return _linear_rows(input, weight, bias)
     out = jnp.matmul(input, weight.T)
     return out if bias is None else out + bias
