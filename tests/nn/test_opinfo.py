@@ -51,10 +51,6 @@ EXEMPT = [
      lambda sample: sample.input.ndim == 0 or sample.input.shape[sample.kwargs.get("dim", 1)] == 1,
      "one element per vector: x / |x|_p is constant and its exact gradient 0; torch's bfloat16 "
      "backward leaves up to 0.13 of rounding, ours (computed in float32) about 1e-6"),
-    ("scaled_dot_product_attention", "bfloat16", "grads", None,
-     "ops.attention's backward takes rowsum(dO * O) with O rounded to bfloat16, as "
-     "FlashAttention-2 and torch's CUDA kernels do; torch's CPU kernel sums dP * P in float32. "
-     "With OpInfo's entries up to 9 in size the rounding moves dq and dk by ~5% in one sample"),
     ("hardsigmoid", "float64", "grads", None,
      "torch's float64 backward multiplies by the float32 constant 1/6 (0.16666667, 5e-9 off); "
      "ours is 1/6 in float64"),
