@@ -15,12 +15,9 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _timing import pin_threads  # noqa: E402
+from _timing import pin_threads
 
 pin_threads(1)
 

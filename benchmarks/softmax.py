@@ -32,8 +32,7 @@ def _parse():
 
 
 ARGS = _parse()
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _timing import pin_threads  # noqa: E402
+from _timing import interleaved_seconds, pin_threads  # noqa: E402
 
 pin_threads(ARGS.threads)  # before jax is imported: XLA's CPU thread pools are fixed at start
 
@@ -44,8 +43,6 @@ import optax  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from _timing import interleaved_seconds  # noqa: E402
-
 from jaxdl import ops  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)

@@ -21,7 +21,6 @@ from jaxdl._counter_random import keep_mask, stream_seed
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl.ops import _online
 
-F32 = jnp.float32
 BLOCK = 128  # (BLOCK, BLOCK) tiles: measured faster than 64, 256 and mixed shapes on CPU
 
 
