@@ -14,6 +14,14 @@ a strided one. The same layers written without a convolution op are fast:
 - "shifts": for depthwise convolutions (one input channel per group), the sum over
   kernel offsets of a strided slice times that offset's per-channel weights: one
   fused elementwise loop, no convolution at all.
+- "image_matmul": channels-first, each image's (C*k*k, pixels) patch matrix (for a 1x1
+  kernel the image itself, no copy) times the weights as an (O, C*k*k) matrix, one
+  product per image. The output comes out channels-first, so no layout transposes
+  surround it; that is what makes it beat XLA's convolution (whose NHWC transposes
+  around an isolated layer cost as much as a 1x1 convolution) on large maps.
+- "matmul": channels-first, 1x1 kernels only: one product over all images at once,
+  (O, C) x (C, N*pixels), then one transpose of the output; for small maps with many
+  channels, where per-image products are too small to run fast.
 
 `plan` picks one lowering for the forward pass, one for the input gradient and one
 for the weight gradient, by a rule read off a table measured on this project's
@@ -39,6 +47,15 @@ from jaxdl.nn._windows import window_views
 # Output maps with at most this many pixels are "tiny": a matrix product over patches
 # beats XLA's convolution there (2x2 maps 50-100x, 4x4 ~1-1.7x, 7x7 ~1x: no rule needed).
 _TINY_MAP = 16
+# Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
+# of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
+# XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
+_IMAGE_PIXELS = 196
+# 1x1 layers on smaller maps take one product over all images once C*O reaches this.
+_MATMUL_WEIGHTS = 2 ** 18
+# A k x k layer takes "image_matmul" only when its patch matrices (all images) stay under
+# this many elements (16 MiB of float32): larger ones lost to XLA's convolution (memory bound).
+_PATCH_ELEMENTS = 2 ** 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +69,7 @@ class Plan:
     forward: str = "xla"
     input_grad: str = "xla"
     weight_grad: str = "xla"
-    channels_last: bool = True  # x (N, *S, C); else (N, C, *S), for "shifts" only
+    channels_last: bool = True  # x (N, *S, C); else (N, C, *S), for the channels-first lowerings
 
 
 def _out_sizes(spatial, kernel, stride, dilation):
@@ -72,12 +89,19 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     padded = [size + lo + hi for size, (lo, hi) in zip(x_shape[1:-1], padding)]
     outs = _out_sizes(padded, kernel, stride, dilation)
     if w_shape[1] == 1 and groups > 1:  # depthwise (any channel multiplier)
-        # Channels-first, as the model's activations are: no transposes around it.
-        return dataclasses.replace(geometry, forward="shifts", input_grad="shifts",
-                                   weight_grad="shifts", channels_last=False)
+        return _channels_first(geometry, "shifts")
     if groups != 1:
         return geometry
-    if math.prod(outs) <= _TINY_MAP:
+    pixels, taps = math.prod(outs), math.prod(kernel)
+    rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
+    if taps == 1 and pixels >= _IMAGE_PIXELS:
+        return _channels_first(geometry, "image_matmul")
+    if taps == 1 and pixels > _TINY_MAP and rows * w_shape[0] >= _MATMUL_WEIGHTS:
+        return _channels_first(geometry, "matmul")
+    if (1 < taps <= 9 and pixels >= max(_IMAGE_PIXELS, rows / 2)
+            and x_shape[0] * rows * pixels <= _PATCH_ELEMENTS):
+        return _channels_first(geometry, "image_matmul")
+    if pixels <= _TINY_MAP:
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
     if any(s > 1 for s in stride) and x_shape[-1] >= 16:
@@ -86,6 +110,13 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         # for a stem with a few input channels.
         return dataclasses.replace(geometry, input_grad="patches")
     return geometry
+
+
+def _channels_first(geometry: Plan, lowering: str) -> Plan:
+    """Every pass through one channels-first lowering: on the model's own (N, C, *S)
+    activations, with no transposes around it."""
+    return dataclasses.replace(geometry, forward=lowering, input_grad=lowering,
+                               weight_grad=lowering, channels_last=False)
 
 
 def _padded_views(x, kernel, p: Plan):
@@ -117,6 +148,34 @@ def _patches(x, w, p: Plan):
     return y.astype(x.dtype)
 
 
+def _patch_columns(x, kernel, p: Plan):
+    """Channels-first x (N, C, *S) -> (N, C*k*k, pixels) and the output sizes: each image's
+    patch matrix, rows in the order of w (O, C, *K) flattened (channel-major)."""
+    views = _padded_views(x, kernel, p)
+    stacked = jnp.stack(views, axis=2) if len(views) > 1 else views[0]
+    outs = views[0].shape[2:]
+    return stacked.reshape(x.shape[0], -1, math.prod(outs)), outs
+
+
+def _image_matmul(x, w, p: Plan):
+    columns, outs = _patch_columns(x, w.shape[2:], p)
+    n, o = x.shape[0], w.shape[0]
+    # The weights broadcast over images, so that the image is a batch axis of the product
+    # and the output comes out (N, O, pixels), channels-first (the broadcast's gradient is
+    # a sum over images).
+    weights = jnp.broadcast_to(w.reshape(o, -1), (n, o, columns.shape[1]))
+    y = jax.lax.dot_general(weights, columns, (((2,), (1,)), ((0,), (0,))),
+                            preferred_element_type=accumulation_dtype(x.dtype))
+    return y.astype(x.dtype).reshape(n, o, *outs)
+
+
+def _matmul(x, w, p: Plan):
+    columns, outs = _patch_columns(x, w.shape[2:], p)
+    y = jax.lax.dot_general(w.reshape(w.shape[0], -1), columns, (((1,), (1,)), ((), ())),
+                            preferred_element_type=accumulation_dtype(x.dtype))  # (O, N, P)
+    return jnp.moveaxis(y, 0, 1).astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
+
+
 def _shifts(x, w, p: Plan):
     views = _padded_views(x, w.shape[2:], p)
     axis = -1 if p.channels_last else 1
@@ -133,7 +192,8 @@ def _shifts(x, w, p: Plan):
     return total.astype(x.dtype)
 
 
-_LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts}
+_LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts,
+              "image_matmul": _image_matmul, "matmul": _matmul}
 
 
 def conv(x, w, p: Plan):

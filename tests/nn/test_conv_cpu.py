@@ -29,13 +29,11 @@ GEOMETRIES = [
 ]
 
 
-def _lowerings(groups, channels):
-    names = ["xla"]
-    if groups == 1:
-        names.append("patches")
-    if groups == channels:
-        names.append("shifts")
-    return names
+def _lowerings(groups, channels, channels_last=True):
+    """The lowerings that apply to a geometry, in one layout."""
+    if channels_last:
+        return ["xla"] + ["patches"] * (groups == 1) + ["shifts"] * (groups == channels)
+    return ["image_matmul", "matmul"] * (groups == 1) + ["shifts"] * (groups == channels)
 
 
 def _case(geometry, dtype=jnp.float32):
@@ -61,18 +59,19 @@ def _value_and_grads(plan, x, w):
     return (y, *vjp(cot))
 
 
+@pytest.mark.parametrize("channels_last", [True, False], ids=["last", "first"])
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0]}-k{g[1]}-s{g[2]}-g{g[5]}")
-def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry):
+def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry, channels_last):
     x, w, base = _case(geometry)
     expected = _value_and_grads(base, x, w)
-    names = _lowerings(base.groups, x.shape[-1])
+    names = _lowerings(base.groups, x.shape[-1], channels_last)
     # Each lowering alone (plain autodiff), then rotations so that, under the custom VJP,
     # every lowering serves as the input gradient and as the weight gradient.
     rotations = [names[k:] + names[:k] for k in range(len(names))] if len(names) > 1 else []
     for forward, input_grad, weight_grad in [(n, n, n) for n in names] + [
             (r[0], r[1 % len(r)], r[2 % len(r)]) for r in rotations]:
         plan = Plan(base.stride, base.padding, base.dilation, base.groups, forward, input_grad,
-                    weight_grad)
+                    weight_grad, channels_last)
         got = jax.jit(_value_and_grads, static_argnums=0)(plan, x, w)
         for what, a, e in zip(("value", "input grad", "weight grad"), got, expected):
             np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5 * float(jnp.abs(e).max()),
@@ -83,25 +82,15 @@ def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry):
 def test_bfloat16_lowerings_match_xla_within_bfloat16_rounding(geometry):
     x, w, base = _case(geometry, jnp.bfloat16)
     expected = [e.astype(jnp.float32) for e in _value_and_grads(base, x, w)]
-    for name in _lowerings(base.groups, x.shape[-1])[1:]:
-        plan = Plan(base.stride, base.padding, base.dilation, base.groups, name, name, name)
+    for name, last in [(n, True) for n in _lowerings(base.groups, x.shape[-1])[1:]] + [
+            (n, False) for n in _lowerings(base.groups, x.shape[-1], channels_last=False)]:
+        plan = Plan(base.stride, base.padding, base.dilation, base.groups, name, name, name,
+                    last)
         got = _value_and_grads(plan, x, w)
         for a, e in zip(got, expected):
             assert a.dtype == jnp.bfloat16
             np.testing.assert_allclose(a.astype(jnp.float32), e, rtol=0.05,
                                        atol=0.02 * float(jnp.abs(e).max()))
-
-
-@pytest.mark.parametrize("geometry", [g for g in GEOMETRIES if g[5] == g[0][-1]],
-                         ids=lambda g: f"{g[0]}-k{g[1]}-s{g[2]}")
-def test_channels_first_shifts_match_xla(geometry):
-    x, w, base = _case(geometry)
-    first = Plan(base.stride, base.padding, base.dilation, base.groups, "shifts", "shifts",
-                 "shifts", channels_last=False)
-    expected = _value_and_grads(base, x, w)
-    got = jax.jit(_value_and_grads, static_argnums=0)(first, x, w)
-    for a, e in zip(got, expected):
-        np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5 * float(jnp.abs(e).max()))
 
 
 def test_split_lowering_supports_grad_of_grad():
@@ -115,16 +104,27 @@ def test_split_lowering_supports_grad_of_grad():
     np.testing.assert_allclose(second(split), second(base), rtol=1e-4, atol=1e-4)
 
 
-def test_rule_depthwise_tiny_maps_and_strided_input_gradients():
+def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     def lowerings(x_shape, w_shape, stride=(1, 1), groups=1):
-        p = _conv_cpu.plan(x_shape, w_shape, stride, ((1, 1), (1, 1)), (1, 1), groups)
-        return p.forward, p.input_grad, p.weight_grad
+        pad = (w_shape[2] // 2,) * 2
+        p = _conv_cpu.plan(x_shape, w_shape, stride, (pad, pad), (1, 1), groups)
+        return p.forward, p.input_grad, p.weight_grad, p.channels_last
 
-    assert lowerings((16, 16, 16, 144), (144, 1, 3, 3), groups=144) == ("shifts",) * 3
-    assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3
-    assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2)) == ("xla", "patches", "xla")
-    assert lowerings((8, 32, 32, 64), (64, 64, 3, 3)) == ("xla",) * 3
-    assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4) == ("xla",) * 3
+    assert lowerings((16, 16, 16, 144), (144, 1, 3, 3), groups=144) == ("shifts",) * 3 + (False,)
+    # 1x1: per-image products from 14x14 maps, one product for small maps with many weights
+    assert lowerings((2, 56, 56, 64), (256, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
+    assert lowerings((2, 14, 14, 64), (64, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
+    assert lowerings((2, 7, 7, 2048), (512, 2048, 1, 1)) == ("matmul",) * 3 + (False,)
+    assert lowerings((8, 8, 8, 32), (192, 32, 1, 1)) == ("xla",) * 3 + (True,)
+    # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
+    assert lowerings((16, 32, 32, 3), (64, 3, 3, 3)) == ("image_matmul",) * 3 + (False,)
+    assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("xla",) * 3 + (True,)
+    assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "xla"
+    assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
+    assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == (
+        "xla", "patches", "xla")
+    assert lowerings((8, 32, 32, 64), (64, 64, 3, 3))[:3] == ("xla",) * 3
+    assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4)[:3] == ("xla",) * 3
     off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
                          choose=False)
     assert (off.forward, off.input_grad, off.weight_grad) == ("xla",) * 3
