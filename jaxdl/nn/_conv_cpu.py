@@ -1,4 +1,4 @@
-"""Convolutions for XLA's CPU backend: three lowerings, chosen per shape and per pass.
+"""Convolutions for XLA's CPU backend: five lowerings, chosen per shape and per pass.
 
 XLA's own CPU convolution is fine on most shapes but has cliffs (docs/design.md,
 "CPU convolutions"): depthwise convolutions run 10-100x slower than torch, and so
@@ -29,7 +29,8 @@ machine (docs/design.md says why a rule and not timing). When the three agree th
 lowering is differentiated as it is (any order, forward or reverse mode); when they
 differ a custom VJP runs each gradient through its own lowering's transpose.
 
-Activations are channels-last, x (N, *S, C), and weights keep PyTorch's layout
+Activations are channels-last, x (N, *S, C), for "xla" and "patches", and channels-first,
+x (N, C, *S), as the model's own, for the others (`Plan.channels_last`); weights keep PyTorch's layout
 (C_out, C_in/groups, *K): a transposed copy of a large weight, made every step, cost
 more than the matrix product that used it (100 ms for a 512x512x3x3 weight).
 """
