@@ -48,6 +48,10 @@ from jaxdl.nn._windows import window_views
 # Output maps with at most this many pixels are "tiny": a matrix product over patches
 # beats XLA's convolution there (2x2 maps 50-100x, 4x4 ~1-1.7x, 7x7 ~1x: no rule needed).
 _TINY_MAP = 16
+# With this few output rows (images x pixels) XLA's convolution costs about what the
+# transposed copy of its weight (OIHW to HWIO, made every step) costs; "patches" uses the
+# weight as it is: 3x3 layers on 7x7 maps at batch 2 ran 1.5-1.7x faster (docs/design.md).
+_FEW_ROWS = 128
 # Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
@@ -102,7 +106,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     if (1 < taps <= 9 and pixels >= max(_IMAGE_PIXELS, rows / 2)
             and x_shape[0] * rows * pixels <= _PATCH_ELEMENTS):
         return _channels_first(geometry, "image_matmul")
-    if pixels <= _TINY_MAP:
+    if pixels <= _TINY_MAP or (taps > 1 and x_shape[0] * pixels <= _FEW_ROWS):
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
     if any(s > 1 for s in stride) and x_shape[-1] >= 16:

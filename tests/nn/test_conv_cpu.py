@@ -121,6 +121,9 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("xla",) * 3 + (True,)
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
+    # few output rows (batch x pixels): patches, which use the weight untransposed
+    assert lowerings((2, 7, 7, 512), (512, 512, 3, 3))[:3] == ("patches",) * 3
+    assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[:3] == ("xla",) * 3
     assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == (
         "xla", "patches", "xla")
     assert lowerings((8, 32, 32, 64), (64, 64, 3, 3))[:3] == ("xla",) * 3
