@@ -58,6 +58,10 @@ _FEW_ROWS = 128
 _IMAGE_PIXELS = 196
 # 1x1 layers on smaller maps take one product over all images once C*O reaches this.
 _MATMUL_WEIGHTS = 2 ** 18
+# Kernels up to 7x7 (ResNet's stem) may take "image_matmul": alone, a 7x7 stem ran at
+# 0.7-1.3x XLA's time, but in a model XLA's NHWC output is transposed back inside
+# BatchNorm's fused loops, which runs slowly (ResNet-18 at 224 px: 423 -> 398 ms a step).
+_IMAGE_TAPS = 49
 # A k x k layer takes "image_matmul" only when its patch matrices (all images) stay under
 # this many elements (16 MiB of float32): larger ones lost to XLA's convolution (memory bound).
 _PATCH_ELEMENTS = 2 ** 22
@@ -103,7 +107,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         return _channels_first(geometry, "image_matmul")
     if taps == 1 and pixels > _TINY_MAP and rows * w_shape[0] >= _MATMUL_WEIGHTS:
         return _channels_first(geometry, "matmul")
-    if (1 < taps <= 9 and pixels >= max(_IMAGE_PIXELS, rows / 2)
+    if (1 < taps <= _IMAGE_TAPS and pixels >= max(_IMAGE_PIXELS, rows / 2)
             and x_shape[0] * rows * pixels <= _PATCH_ELEMENTS):
         return _channels_first(geometry, "image_matmul")
     if pixels <= _TINY_MAP or (taps > 1 and x_shape[0] * pixels <= _FEW_ROWS):

@@ -119,7 +119,8 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
     assert lowerings((16, 32, 32, 3), (64, 3, 3, 3)) == ("image_matmul",) * 3 + (False,)
     assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("xla",) * 3 + (True,)
-    assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "xla"
+    assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
+    assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
     # few output rows (batch x pixels): patches, which use the weight untransposed
     assert lowerings((2, 7, 7, 512), (512, 512, 3, 3))[:3] == ("patches",) * 3
