@@ -21,6 +21,8 @@ GEOMETRIES = [
     ((2, 2, 2, 16), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 1),   # 2x2 map
     ((2, 8, 9, 6), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 6, 1),    # depthwise, stride 2
     ((1, 7, 6, 4), (5, 3), (1, 1), ((2, 2), (0, 3)), (2, 1), 4, 2),    # depthwise x2, dilated
+    # depthwise x2, strides 2 and 3 with dilation 2: an input-gradient phase no tap reaches
+    ((1, 9, 8, 4), (3, 3), (2, 3), ((1, 0), (2, 1)), (2, 1), 4, 2),
     ((2, 6, 6, 6), (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 3, 1),    # grouped (2 per group)
     ((2, 13, 5), (4,), (3,), ((2, 1),), (2,), 1, 1),                   # 1-d
     ((2, 9, 5), (3,), (1,), ((1, 1),), (1,), 5, 1),                    # 1-d depthwise
@@ -93,9 +95,11 @@ def test_bfloat16_lowerings_match_xla_within_bfloat16_rounding(geometry):
                                        atol=0.02 * float(jnp.abs(e).max()))
 
 
-def test_split_lowering_supports_grad_of_grad():
-    x, w, base = _case(GEOMETRIES[1])
-    split = Plan(base.stride, base.padding, base.dilation, 1, "xla", "patches", "xla")
+@pytest.mark.parametrize("geometry, lowerings", [(GEOMETRIES[1], ("xla", "patches", "xla")),
+                                                  (GEOMETRIES[5], ("shifts",) * 3)])
+def test_custom_vjp_lowerings_support_grad_of_grad(geometry, lowerings):
+    x, w, base = _case(geometry)
+    split = Plan(base.stride, base.padding, base.dilation, base.groups, *lowerings)
 
     def second(plan):
         inner = jax.grad(lambda a: jnp.sum(_conv_cpu.conv(a, w, plan) ** 2))
