@@ -172,3 +172,23 @@ def test_autocast_bfloat16_runs_the_chosen_lowering_in_bfloat16_close_to_torch(s
     expected = torch_model(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(np.asarray(out, np.float32), expected, rtol=0.03,
                                atol=0.03 * np.abs(expected).max())
+
+
+def test_forward_mode_through_depthwise_needs_the_switch_off(monkeypatch):
+    rng = np.random.default_rng(0)
+    x, tangent = rng.standard_normal((2, 2, 6, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+
+    def conv(a):
+        return nn.functional.conv2d(a, jnp.asarray(w), stride=2, padding=1, groups=6)
+
+    monkeypatch.setattr(dl.backends.cpu, "benchmark", True)
+    with pytest.raises(TypeError, match="custom_vjp"):  # the written-out gradients: reverse only
+        jax.jvp(conv, (jnp.asarray(x),), (jnp.asarray(tangent),))
+    monkeypatch.setattr(dl.backends.cpu, "benchmark", False)
+    y, dy = jax.jvp(conv, (jnp.asarray(x),), (jnp.asarray(tangent),))
+    t_y, t_dy = torch.func.jvp(
+        lambda a: torch.nn.functional.conv2d(a, torch.tensor(w), stride=2, padding=1, groups=6),
+        (torch.tensor(x),), (torch.tensor(tangent),))
+    np.testing.assert_allclose(y, t_y.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dy, t_dy.numpy(), rtol=1e-5, atol=1e-5)
