@@ -128,11 +128,21 @@ def _rows_times_t(x, y):
     return out.reshape(b, h, g, n, -1)
 
 
-def _t_times(x, y):
-    """x (B, Hk, G, n, c)^T @ y (B, Hk, G, n, d) summed over G -> (B, Hk, c, d), float32."""
-    b, h, g, n, c = x.shape
-    return jnp.einsum("bhqc,bhqd->bhcd", x.reshape(b, h, g * n, c),
-                      y.reshape(b, h, g * n, -1), preferred_element_type=accumulation_dtype(x.dtype))
+def _columns(blocks):
+    """Row blocks (n, B, Hk, G, rows, c) -> (n, B, Hk, c, G*rows): each block transposed once,
+    outside the loops, for `_columns_times`."""
+    n, b, h, g, rows, c = blocks.shape
+    return jnp.moveaxis(blocks, -1, 3).reshape(n, b, h, c, g * rows)
+
+
+def _columns_times(x_t, y):
+    """x_t (B, Hk, c, G*n) @ y (B, Hk, G, n, d) -> (B, Hk, c, d), float32: the transposed-left
+    product x^T y summed over G, with x stored transposed (by `_columns`). XLA's CPU backend
+    hands a product whose left operand contracts its major axis to a slower kernel (Eigen
+    instead of YNNPACK)."""
+    b, h, g, n, d = y.shape
+    return jnp.einsum("bhcq,bhqd->bhcd", x_t, y.reshape(b, h, g * n, d),
+                      preferred_element_type=accumulation_dtype(y.dtype))
 
 
 def _scores(qi, kj, bias_tile, i, j, t, cfg, heads, masked=True):
@@ -230,13 +240,14 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
     lead = q.shape[1:4]
     heads = _head_seeds(seeds, lead) if cfg.dropout_p > 0.0 else None
     rescale = 1.0 / (1.0 - cfg.dropout_p)
+    q_t, do_t = _columns(q), _columns(do)  # dk^T and dv^T accumulate as q^T ds and do^T p
 
     def key_block(carry, kv):
         j, dq = carry
         kj, vj = kv
 
         def query_block(masked, i, carry):
-            dq, dk, dv = carry
+            dq, dk_t, dv_t = carry
             qi, doi = q[i], do[i]
             s, keep = _scores(qi, kj, _bias_tile(bias, t, i, j), i, j, t, cfg, heads, masked)
             p = jnp.exp(s - lse[i][..., None])
@@ -245,18 +256,20 @@ def backward(q, k, v, bias, seeds, o, lse, do, cfg, blocks=None):
             if keep is not None:
                 p_used = jnp.where(keep, p * rescale, 0.0)
                 dp = jnp.where(keep, dp * rescale, 0.0)
-            dv = dv + _t_times(p_used.astype(doi.dtype), doi)
+            dv_t = dv_t + _columns_times(do_t[i], p_used.astype(doi.dtype))
             ds = (p * (dp - delta[i][..., None]) * cfg.scale).astype(qi.dtype)
-            dk = dk + _t_times(ds, qi)
+            dk_t = dk_t + _columns_times(q_t[i], ds)
             dqi = dq[i] + _rows_times(ds, kj)
-            return dq.at[i].set(dqi), dk, dv
+            return dq.at[i].set(dqi), dk_t, dv_t
 
-        carry = (dq, jnp.zeros(kj.shape, acc_dtype), jnp.zeros(vj.shape, acc_dtype))
+        carry = (dq, jnp.zeros(jnp.swapaxes(kj, -1, -2).shape, acc_dtype),
+                 jnp.zeros(jnp.swapaxes(vj, -1, -2).shape, acc_dtype))
         first, unmasked = t.query_ranges(j, cfg.causal)
         carry = lax.fori_loop(first, unmasked, functools.partial(query_block, True), carry)
-        dq, dk, dv = lax.fori_loop(unmasked, t.q_blocks, functools.partial(query_block, False),
-                                   carry)
-        return (j + 1, dq), (dk.astype(dtypes[1]), dv.astype(dtypes[2]))
+        dq, dk_t, dv_t = lax.fori_loop(unmasked, t.q_blocks,
+                                       functools.partial(query_block, False), carry)
+        return (j + 1, dq), (jnp.swapaxes(dk_t, -1, -2).astype(dtypes[1]),
+                             jnp.swapaxes(dv_t, -1, -2).astype(dtypes[2]))
 
     (_, dq), (dk, dv) = lax.scan(key_block, (0, jnp.zeros(q.shape, acc_dtype)), (k, v))
     return (_from_blocks(dq, 3, t.n_q).astype(dtypes[0]), _from_blocks(dk, 2, t.n_k),
