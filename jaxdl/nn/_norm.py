@@ -8,6 +8,8 @@ assignment (`self.running_mean = ...`), which `dl.jit`/`dl.value_and_grad`
 thread out of the traced step like any other module state.
 """
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
@@ -60,6 +62,54 @@ def _normalize_channels(x, mean, var, weight, bias, eps):
     return _affine(y, weight, bias, shape).astype(x.dtype)
 
 
+def _train_norm_primal(x, weight, bias, eps):
+    shape = _channel_shape(x)
+    mean, var, _ = _batch_stats(x)
+    scale = jax.lax.rsqrt(var + eps)
+    xhat = (_f32(x) - mean.reshape(shape)) * scale.reshape(shape)
+    y = xhat * weight.reshape(shape) + bias.reshape(shape)
+    return (y.astype(x.dtype), mean, var), (xhat, scale)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _train_norm(x, weight, bias, eps):
+    """Training-mode BatchNorm: (output, batch mean, biased batch variance).
+
+    Its tangent is the closed form, linear in the input tangents, so reverse mode
+    transposes it into the textbook backward (per-channel sums of g and g * xhat, then
+    one elementwise pass) instead of differentiating the two-pass statistics.
+    """
+    return _train_norm_primal(x, weight, bias, eps)[0]
+
+
+@_train_norm.defjvp
+def _train_norm_jvp(eps, primals, tangents):
+    x, weight, bias = primals
+    dx, dweight, dbias = tangents
+    (y, mean, var), (xhat, scale) = _train_norm_primal(x, weight, bias, eps)
+    shape, n = _channel_shape(x), x.size // x.shape[1]
+    dx = _f32(dx)
+    # mean(dx) and mean(dx * xhat) per channel; the per-channel factors multiply the
+    # reduced vectors, not the full map, so the transpose reduces g and g * xhat only
+    # (the same two sums as the weight and bias gradients).
+    axes = (0,) + tuple(range(2, x.ndim))
+    dmean, dxhat_sum = jnp.sum(dx, axes) / n, jnp.sum(dx * xhat, axes) / n
+    gain = weight * scale
+    dy = (dx * gain.reshape(shape) - (gain * dmean).reshape(shape)
+          - xhat * (gain * dxhat_sum).reshape(shape)
+          + xhat * dweight.reshape(shape) + dbias.reshape(shape))
+    dvar = 2 * dxhat_sum / scale  # d mean((x - mean)^2), with x - mean = xhat / scale
+    return (y, mean, var), (dy.astype(y.dtype), dmean, dvar)
+
+
+def _batch_norm_train(x, weight, bias, eps):
+    """`_train_norm` with torch's optional affine parameters (None: scale 1, shift 0)."""
+    c = x.shape[1]
+    weight = jnp.ones((c,), jnp.float32) if weight is None else weight
+    bias = jnp.zeros((c,), jnp.float32) if bias is None else bias
+    return _train_norm(x, weight, bias, eps)
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
     """PyTorch's F.batch_norm output. Arrays are immutable: the running statistics are NOT
@@ -76,10 +126,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             raise ValueError(f"batch_norm: {name} must have shape ({input.shape[1]},) (the "
                              f"input's channels), got {jnp.shape(value)}")
     if training or running_mean is None:
-        mean, var, _ = _batch_stats(input)
-    else:
-        mean, var = running_mean, running_var
-    return _normalize_channels(input, mean, var, weight, bias, eps)
+        return _batch_norm_train(input, weight, bias, eps)[0]
+    return _normalize_channels(input, running_mean, running_var, weight, bias, eps)
 
 
 def _last_axes_norm(input, normalized_shape, eps, center: bool):
@@ -195,10 +243,16 @@ class _BatchNorm(Module):
         if not (self.training or self.running_mean is None):
             return _normalize_channels(input, self.running_mean, self.running_var, self.weight,
                                        self.bias, self.eps)
-        mean, var, count = _batch_stats(input, self._stats_axis())
-        if isinstance(count, int) and count <= 1 and self.training:
+        axis_name = self._stats_axis()
+        count = input.size // input.shape[1]
+        if axis_name is None and count <= 1 and self.training:
             raise self._input_error("more than 1 value per channel when training, input shape",
                                     "", tuple(input.shape))
+        if axis_name is None:
+            out, mean, var = _batch_norm_train(input, self.weight, self.bias, self.eps)
+        else:  # statistics across the mapped axis: plain autodiff
+            mean, var, count = _batch_stats(input, axis_name)
+            out = _normalize_channels(input, mean, var, self.weight, self.bias, self.eps)
         if self.training and self.track_running_stats:
             tracked = self.num_batches_tracked + 1
             self.num_batches_tracked = tracked
@@ -208,7 +262,7 @@ class _BatchNorm(Module):
             dtype = self.running_mean.dtype
             self.running_mean = ((1 - factor) * self.running_mean + factor * stats[0]).astype(dtype)
             self.running_var = ((1 - factor) * self.running_var + factor * stats[1]).astype(dtype)
-        return _normalize_channels(input, mean, var, self.weight, self.bias, self.eps)
+        return out
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
