@@ -117,3 +117,87 @@ def test_normalize_bfloat16_gradient_is_computed_in_float32(rng):
     expected = torch.nn.functional.normalize(torch.tensor(np.asarray(x, np.float32)), dim=1)
     np.testing.assert_allclose(np.asarray(F.normalize(x, dim=1), np.float32), expected.numpy(),
                                rtol=1e-2, atol=1e-2)
+
+
+def _torch_batch_norm(x, weight, bias):
+    return torch.nn.functional.batch_norm(x, None, None, weight, bias, training=True)
+
+
+@pytest.mark.parametrize("shape,affine,offset", [
+    ((3, 5), True, 0.0),  # BatchNorm1d on (N, C)
+    ((2, 3, 7), True, 0.0),
+    ((2, 3, 5, 3), False, 0.0),
+    ((1, 4, 3, 2, 5), True, 0.0),  # 3-d
+    ((2, 3, 4, 5), True, 1e4),  # large mean: two-pass statistics keep the variance
+])
+def test_batch_norm_training_values_and_gradients_match_torch(shape, affine, offset, rng):
+    """The closed-form BatchNorm derivative (custom JVP) in reverse mode, against torch's
+    float64 autograd: output, input/weight/bias gradients for a fixed cotangent."""
+    x = rand(rng, *shape, scale=2.0) + offset
+    c = shape[1]
+    w, b = (rand(rng, c) + 1, rand(rng, c)) if affine else (None, None)
+    g = rand(rng, *shape)
+    jax_args = [a for a in (x, w, b) if a is not None]
+    y, pullback = jax.vjp(lambda *a: F.batch_norm(a[0], None, None, *a[1:], training=True),
+                          *jax_args)
+    grads = pullback(jnp.asarray(g))
+    targs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in jax_args]
+    ty = _torch_batch_norm(targs[0], *(targs[1:] if affine else (None, None)))
+    ty.backward(torch.tensor(g, dtype=torch.float64))
+    assert_close(y, ty.detach(), "output", 1e-4)
+    for name, got, want in zip(("input", "weight", "bias"), grads, targs):
+        assert_close(got, want.grad, f"{name} gradient", 1e-4)
+
+
+def test_batch_norm_training_forward_mode_and_second_order_match_torch(rng):
+    x, w, b = rand(rng, 3, 4, 2, 3) * 2 + 1, rand(rng, 4) + 1, rand(rng, 4)
+    dx, dw, db = rand(rng, 3, 4, 2, 3), rand(rng, 4), rand(rng, 4)
+
+    def jbn(x, w, b):
+        return F.batch_norm(x, None, None, w, b, training=True)
+
+    y, dy = jax.jvp(jbn, (x, w, b), (dx, dw, db))
+    t = [torch.tensor(a, dtype=torch.float64) for a in (x, w, b, dx, dw, db)]
+    ty, tdy = torch.func.jvp(_torch_batch_norm, tuple(t[:3]), tuple(t[3:]))
+    assert_close(y, ty, "output", 1e-4)
+    assert_close(dy, tdy, "forward-mode tangent", 1e-4)
+    # the batch statistics it returns for the running averages carry tangents too
+    from jaxdl.nn._norm import _batch_norm_train
+    _, (_, dmean, dvar) = jax.jvp(lambda x: _batch_norm_train(x, w, b, 1e-5), (x,), (dx,))
+    _, (tdvar, tdmean) = torch.func.jvp(
+        lambda x: torch.var_mean(x, (0, 2, 3), correction=0), (t[0],), (t[3],))
+    assert_close(dmean, tdmean, "mean tangent", 1e-4)
+    assert_close(dvar, tdvar, "variance tangent", 1e-4)
+
+    # grad of a function of the input gradient (double backward)
+    def jloss(x, w, b):
+        gx = jax.grad(lambda x: jnp.sum(jbn(x, w, b) ** 3))(x)
+        return jnp.sum(jnp.sin(gx))
+
+    jgrads = jax.grad(jloss, argnums=(0, 1, 2))(x, w, b)
+    tx, tw, tb = (a.clone().requires_grad_(True) for a in t[:3])
+    (tgx,) = torch.autograd.grad((_torch_batch_norm(tx, tw, tb) ** 3).sum(), tx, create_graph=True)
+    tgrads = torch.autograd.grad(torch.sin(tgx).sum(), (tx, tw, tb))
+    for name, got, want in zip(("input", "weight", "bias"), jgrads, tgrads):
+        assert_close(got, want, f"second-order {name} gradient", 1e-4)
+
+
+def test_batchnorm_bfloat16_keeps_float32_statistics(rng):
+    """bf16 activations: output and gradients within bf16 rounding of torch's float32 result,
+    running statistics from float32 moments."""
+    x = rand(rng, 4, 3, 5, 5, scale=3.0) + 2
+    xb = jnp.asarray(x, jnp.bfloat16)
+    bn = nn.BatchNorm2d(3)
+    y, pullback = jax.vjp(lambda x: bn(x), xb)
+    (gx,) = pullback(jnp.ones_like(y) * jnp.asarray(np.linspace(-1, 1, y.size).reshape(y.shape),
+                                                    jnp.bfloat16))
+    assert y.dtype == gx.dtype == jnp.bfloat16
+    tx = torch.tensor(np.asarray(xb, np.float32), requires_grad=True)
+    tbn = torch.nn.BatchNorm2d(3)
+    ty = tbn(tx)
+    ty.backward(torch.tensor(np.linspace(-1, 1, y.size, dtype=np.float32).reshape(y.shape)))
+    np.testing.assert_allclose(np.asarray(y, np.float32), ty.detach().numpy(), atol=3e-2)
+    np.testing.assert_allclose(np.asarray(gx, np.float32), tx.grad.numpy(), atol=3e-2)
+    assert bn.running_mean.dtype == jnp.float32
+    assert_close(bn.running_mean, tbn.running_mean, "running_mean", 1e-5)
+    assert_close(bn.running_var, tbn.running_var, "running_var", 1e-5)
