@@ -95,9 +95,10 @@ def _train_norm_jvp(eps, primals, tangents):
     axes = (0,) + tuple(range(2, x.ndim))
     dmean, dxhat_sum = jnp.sum(dx, axes) / n, jnp.sum(dx * xhat, axes) / n
     gain = weight * scale
-    dy = (dx * gain.reshape(shape) - (gain * dmean).reshape(shape)
-          - xhat * (gain * dxhat_sum).reshape(shape)
-          + xhat * dweight.reshape(shape) + dbias.reshape(shape))
+    # One product xhat * (per-channel vector) and one per-channel shift, so that the
+    # transpose computes sum(g * xhat) and sum(g) once for the input and weight gradients.
+    dy = (dx * gain.reshape(shape) + xhat * (dweight - gain * dxhat_sum).reshape(shape)
+          + (dbias - gain * dmean).reshape(shape))
     dvar = 2 * dxhat_sum / scale  # d mean((x - mean)^2), with x - mean = xhat / scale
     return (y, mean, var), (dy.astype(y.dtype), dmean, dvar)
 
