@@ -6,6 +6,13 @@ the input dtype, so bfloat16 activations keep float32 statistics.
 BatchNorm in training mode writes its running statistics through attribute
 assignment (`self.running_mean = ...`), which `dl.jit`/`dl.value_and_grad`
 thread out of the traced step like any other module state.
+
+Training-mode BatchNorm (outside a mapped axis) is a `jax.custom_jvp` whose tangent
+is the closed-form derivative; reverse mode transposes it into the textbook backward
+(two per-channel sums, one elementwise pass) rather than differentiating the two-pass
+statistics op by op, which on XLA CPU was about 2x slower (docs/design.md). Forward
+mode and higher derivatives still work. SyncBatchNorm across a mapped axis keeps
+plain autodiff through its `pmean`-ed moments.
 """
 
 from functools import partial
