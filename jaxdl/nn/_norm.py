@@ -55,8 +55,15 @@ def _batch_stats(x, axis_name=None):
     xf = _f32(x)
     mean = jnp.mean(xf, axes)
     count = x.size // x.shape[1]
-    if axis_name is None:  # two passes: no cancellation for inputs with a large mean
-        return mean, jnp.mean(jnp.square(xf - mean.reshape(_channel_shape(x))), axes), count
+    if axis_name is None:
+        # One pass (E[x^2] - E[x]^2) is faster, but loses the variance to cancellation when
+        # mean^2 >> var; then a second pass over x - mean. Within the bound below the
+        # one-pass error is at most about 100 float32 roundings of the variance.
+        fast = jnp.mean(jnp.square(xf), axes) - jnp.square(mean)
+        safe = jnp.all(fast >= 1e-2 * jnp.square(mean))
+        var = jax.lax.cond(safe, lambda: jnp.maximum(fast, 0.0), lambda: jnp.mean(
+            jnp.square(xf - mean.reshape(_channel_shape(x))), axes))
+        return mean, var, count
     mean, meansq = jax.lax.pmean((mean, jnp.mean(jnp.square(xf), axes)), axis_name)
     count = count * jax.lax.psum(1, axis_name)
     # E[x^2] - E[x]^2 can dip below zero by rounding.
