@@ -18,6 +18,7 @@ from jaxdl._random import KeyStream
 from jaxdl._tracing import is_traced
 from jaxdl.nn._conv import _tuple
 from jaxdl.nn._keys import fresh_key
+from jaxdl.nn._max_pool import sliced_max
 from jaxdl.nn._windows import window_views
 
 
@@ -72,16 +73,11 @@ def _max_poolnd(n, input, kernel_size, stride, padding, dilation, ceil_mode, ret
     if math.prod(k) > _MAX_SLICED_WINDOW and all(di == 1 for di in d):
         return _reduce(input, n, -jnp.inf, jax.lax.max, k, s, pairs)
     # One strided slice per kernel offset, kept by a select when strictly greater (or NaN):
-    # the gradient then goes to torch's element, the first maximum in window order, and
-    # it is a sum of selects that XLA fuses. reduce_window's gradient (select_and_scatter)
+    # the gradient then goes to torch's element, the first maximum in window order. It is
+    # written per stride phase (`_max_pool.py`). reduce_window's gradient (select_and_scatter)
     # is lowered on CPU to index arrays and a scatter that took 40% of a small CNN's step
     # (docs/design.md); for dilated windows JAX has no reduce_window gradient at all.
-    lead = input.ndim - n
-    x = jnp.pad(input, [(0, 0)] * lead + pairs, constant_values=-jnp.inf)
-    out = None
-    for view in window_views(x, lead, k, d, s, outs):
-        out = view if out is None else jnp.where((view > out) | jnp.isnan(view), view, out)
-    return out
+    return sliced_max(input, input.ndim - n, k, d, s, tuple(map(tuple, pairs)), tuple(outs))
 
 
 def _max_pool_with_indices(input, n, k, s, pairs, d, outs):
