@@ -2,7 +2,9 @@
 their modules.
 
 Windows run over the trailing `n` axes of (N, C, *spatial) or unbatched
-(C, *spatial) inputs, with `jax.lax.reduce_window`.
+(C, *spatial) inputs. Max pooling takes one strided slice per window offset, with its
+gradient written per stride phase (`_max_pool.py`); average pooling and very large max
+windows use `jax.lax.reduce_window`.
 """
 
 import functools
