@@ -51,7 +51,8 @@ def _sliced_max_jvp(lead, k, d, s, pairs, outs, primals, tangents):
     out, offset = _max_and_offset(x, lead, k, d, s, pairs, outs)
     scatter = functools.partial(_phase_scatter, offset=offset, lead=lead, k=k, d=d, s=s,
                                 pairs=pairs, spatial=x.shape[lead:])
-    (tangent,) = jax.linear_transpose(scatter, jax.ShapeDtypeStruct(out.shape, t.dtype))(t)
+    # `out` as the example keeps its type under shard_map (varying over the mesh axes).
+    (tangent,) = jax.linear_transpose(scatter, out)(t)
     return out, tangent
 
 
