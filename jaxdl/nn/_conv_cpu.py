@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl._dtypes import accumulation_dtype
-from jaxdl.nn._windows import window_views
+from jaxdl.nn._windows import interleave_phases, window_views
 
 # Output maps with at most this many pixels are "tiny": a matrix product over patches
 # beats XLA's convolution there (2x2 maps 50-100x, 4x4 ~1-1.7x, 7x7 ~1x: no rule needed).
@@ -269,14 +269,7 @@ def _shifts_input_grad(dy, w, p: Plan, x_shape):
             tap = taps[:, np.ravel_multi_index([i for i, _ in combo], w.shape[2:])]
             total = total + view * _per_channel(tap, dy.ndim, p)
         phases.append(_fold_multiplier(total, x_shape, p))
-    # (phases..., activation) -> each phase axis right after its spatial axis, then merged.
-    stacked = jnp.stack(phases).reshape(*p.stride, *phases[0].shape)
-    order = (list(range(n, n + lead))
-             + [a for k in range(n) for a in (n + lead + k, k)]
-             + list(range(2 * n + lead, stacked.ndim)))
-    merged = list(x_shape)
-    merged[lead:lead + n] = [c * s for c, s in zip(cells, p.stride)]
-    full = stacked.transpose(order).reshape(merged)
+    full = interleave_phases(phases, lead, p.stride)
     return jax.lax.slice(full, [0] * full.ndim, x_shape).astype(dtype)
 
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl._dtypes import accumulation_dtype
-from jaxdl.nn._windows import window_views
+from jaxdl.nn._windows import interleave_phases, window_views
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5, 6))
@@ -60,7 +60,6 @@ def _phase_scatter(ct, offset, lead, k, d, s, pairs, spatial):
     """The input gradient: ct[o] goes to padded input index o*s + a*d of the offset a that
     won output o. That index is in phase (a*d) % s at cell o + (a*d) // s, so each phase is
     a sum of unstrided slices of the padded ct (and offsets), one per offset landing there."""
-    n = len(k)
     acc = accumulation_dtype(ct.dtype)
     cells = [-(-(size + lo + hi) // si) for size, (lo, hi), si in zip(spatial, pairs, s)]
     shifts = [[a * di // si for a in range(ki)] for ki, di, si in zip(k, d, s)]
@@ -81,11 +80,7 @@ def _phase_scatter(ct, offset, lead, k, d, s, pairs, spatial):
             won = jax.lax.slice(offp, start, limit) == _ravel(combo, k)
             total = total + jnp.where(won, jax.lax.slice(ctp, start, limit), jnp.zeros((), acc))
         phases.append(total)
-    # (phases..., lead, cells...) -> each phase axis right after its cell axis, then merged.
-    stacked = jnp.stack(phases).reshape(tuple(s) + shape)
-    order = tuple(range(n, n + lead)) + tuple(a for i in range(n) for a in (n + lead + i, i))
-    full = stacked.transpose(order).reshape(
-        ct.shape[:lead] + tuple(c * si for c, si in zip(cells, s)))
+    full = interleave_phases(phases, lead, s)
     start = (0,) * lead + tuple(lo for lo, _ in pairs)
     limit = ct.shape[:lead] + tuple(lo + size for (lo, _), size in zip(pairs, spatial))
     return jax.lax.slice(full, start, limit).astype(ct.dtype)

@@ -5,6 +5,7 @@ that XLA fuses."""
 import itertools
 
 import jax
+import jax.numpy as jnp
 
 
 def window_views(x, lead, k, d, s, outs, trail=0):
@@ -18,3 +19,19 @@ def window_views(x, lead, k, d, s, outs, trail=0):
                  + tuple(st + (o - 1) * si + 1 for st, o, si in zip(start[lead:], outs, s))
                  + rest)
         yield jax.lax.slice(x, start, limit, (1,) * lead + tuple(s) + (1,) * trail)
+
+
+def interleave_phases(phases, lead, stride):
+    """Undo a split into stride phases: `phases` in row-major phase order (one per
+    combination of a < s along each spatial axis), each (*lead axes, *cells, *trailing)
+    -> (*lead, *(cells * s), *trailing), where spatial index s*q + a comes from phase a's
+    cell q. One stack and one transpose (the per-phase gradients of the depthwise
+    convolution and of max pooling)."""
+    n, first = len(stride), phases[0]
+    stacked = jnp.stack(phases).reshape(*stride, *first.shape)
+    order = (tuple(range(n, n + lead))
+             + tuple(a for k in range(n) for a in (n + lead + k, k))  # each phase after its cell
+             + tuple(range(2 * n + lead, stacked.ndim)))
+    cells = first.shape[lead:lead + n]
+    return stacked.transpose(order).reshape(
+        *first.shape[:lead], *(c * s for c, s in zip(cells, stride)), *first.shape[lead + n:])
