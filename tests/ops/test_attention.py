@@ -179,7 +179,7 @@ def test_dropout_statistics(impl):
 
 
 def test_dropout_same_mask_on_both_backends(rng):
-    q, k, v = _inputs(rng, (1, 2, 40, 16), (1, 2, 50, 16))
+    q, k, v = _inputs(rng, (2, 3, 40, 16), (2, 3, 50, 16))  # three chunks of two heads
     outs = [ops.attention(q, k, v, dropout_p=0.5, key=jax.random.key(3), is_causal=True,
                           impl=impl) for impl in (XLA, XLA_TILED, PALLAS)]
     for out in outs[1:]:
