@@ -6,9 +6,15 @@ the forward pass, the input gradient and the weight gradient (XLA's convolution,
 matrix product over patches, or for depthwise convolutions a sum of shifted slices;
 see docs/design.md). False runs XLA's convolution everywhere. `dl.jit` recompiles
 when it changes. `choices()` lists what each convolution traced so far runs.
+
+`heap_retained`: whether importing jaxdl told glibc to keep freed memory in the heap, so
+that a compiled step does not page its temporary buffers in again at every call (see
+jaxdl/_heap.py; JAXDL_RETAIN_HEAP=0 before the import leaves malloc as it is).
 """
 
-from jaxdl import _trace_state
+from jaxdl import _heap, _trace_state
+
+heap_retained = _heap.retain_freed_memory()
 
 benchmark = True
 _trace_state.poll("cpu_benchmark", lambda: benchmark)  # dl.jit compiles again when it changes

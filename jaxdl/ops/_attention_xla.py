@@ -4,11 +4,12 @@ Arrays arrive normalised by `_attention`: q (B, Hk, G, L, E) with G query heads 
 key/value head, k (B, Hk, S, E), v (B, Hk, S, Ev), bias None or float32
 (Bm, Hkm, Gm, Lm, Sm) with each axis 1 or full. Key/value heads go through in small
 chunks (`lax.map`), and within a chunk only one (c, 1, G, bq, bk) score tile exists at a
-time, small enough to stay in cache: the forward folds key tiles into the online
-normalizer (m, l) and an output accumulator; the backward recomputes each tile's probabilities from q, k and the
-saved per-row log-sum-exp (FlashAttention-2's backward: key blocks outside, query
-blocks inside, dq accumulated in a float32 buffer). Causal tiles wholly above the
-diagonal are skipped (the loops' trip counts depend on the block index).
+time, small enough to stay in cache. The forward folds key tiles into the online
+normalizer (m, l) and an output accumulator; the backward recomputes each tile's
+probabilities from q, k and the saved per-row log-sum-exp (FlashAttention-2's backward:
+key blocks outside, query blocks inside, dq accumulated in a float32 buffer). Causal
+tiles wholly above the diagonal are skipped (the loops' trip counts depend on the block
+index).
 """
 
 import dataclasses

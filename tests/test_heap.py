@@ -1,0 +1,45 @@
+"""Importing jaxdl keeps freed memory in the heap (glibc), unless JAXDL_RETAIN_HEAP=0."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+
+# the resident size given back when a touched 128 MiB array is freed after `import jaxdl`
+_FREED = """
+import numpy as np
+import jaxdl
+
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+block = np.ones(1 << 24)
+before = resident()
+del block
+print(jaxdl.backends.cpu.heap_retained, (before - resident()) / 2**20)
+"""
+
+
+def _run(retain):
+    env = dict(os.environ)
+    env.pop("JAXDL_RETAIN_HEAP", None)
+    if not retain:
+        env["JAXDL_RETAIN_HEAP"] = "0"
+    out = subprocess.run([sys.executable, "-c", "import os\n" + _FREED], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return out[0] == "True", float(out[1])
+
+
+def test_freed_memory_stays_in_the_heap():
+    retained, given_back_mib = _run(retain=True)
+    assert retained
+    assert given_back_mib < 16
+
+
+def test_opting_out_leaves_malloc_alone():
+    retained, given_back_mib = _run(retain=False)
+    assert not retained
+    assert given_back_mib > 100
