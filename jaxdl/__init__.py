@@ -1,5 +1,6 @@
 """jaxdl: the PyTorch experience as a thin imperative facade over pure JAX."""
 
+from jaxdl import _heap  # noqa: F401, I001 - first: it sets malloc up before jax is imported
 from jaxdl import accelerator, amp, backends, cuda, data, distributed, interop, memory, nn, ops, optim
 from jaxdl._anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from jaxdl._checkpoint import load, save

@@ -14,7 +14,7 @@ jaxdl/_heap.py; JAXDL_RETAIN_HEAP=0 before the import leaves malloc as it is).
 
 from jaxdl import _heap, _trace_state
 
-heap_retained = _heap.retain_freed_memory()
+heap_retained = _heap.RETAINED
 
 benchmark = True
 _trace_state.poll("cpu_benchmark", lambda: benchmark)  # dl.jit compiles again when it changes

@@ -18,6 +18,7 @@ from jaxdl import _random
 from jaxdl._convert import as_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
+from jaxdl.nn import _lstm_scan
 from jaxdl.nn import functional as F
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -180,6 +181,9 @@ class RNNBase(Module):
     def _run_direction(self, xs, carry, layer, direction):
         w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, direction)
         projected = F.linear(xs, w_ih, b_ih)  # the whole sequence in one matmul
+        if self.mode == "LSTM" and w_hr is None:  # the backward written out: _lstm_scan.py
+            hs, final = _lstm_scan.lstm_scan(projected, *carry, w_hh, b_hh, direction == 1)
+            return final, hs
         step = functools.partial(_lstm_step, w_hr=w_hr) if w_hr is not None else _STEPS[self.mode]
 
         def body(carry, xp):

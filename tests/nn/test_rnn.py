@@ -7,10 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.test_util import check_grads
 from torch_twin import check_twin, rand
 
 import jaxdl as dl
 from jaxdl import nn
+from jaxdl.nn import _lstm_scan, _rnn
 
 SEQ_CLASSES = {"RNN": (nn.RNN, torch.nn.RNN), "LSTM": (nn.LSTM, torch.nn.LSTM),
                "GRU": (nn.GRU, torch.nn.GRU)}
@@ -210,3 +212,45 @@ def test_lstm_projection_matches_torch(num_layers, bidirectional, batch_first, b
     assert out[0].shape[-1] == 3 * (2 if bidirectional else 1)
     assert out[1].shape == (states, 2, 3) and out[2].shape == (states, 2, 7)
     twin(_StatefulLSTM(t), _JStatefulLSTM(j), [rand(rng, 4, 5), h0[:, 0], c0[:, 0]])
+
+
+# ---- the LSTM recurrence's written-out derivative (jaxdl/nn/_lstm_scan.py) --------------------
+
+
+def _scan_reference(xp, h0, c0, w_hh, b_hh, reverse):
+    """The same recurrence as `lax.scan` of the LSTM step, differentiated by JAX."""
+    def body(carry, x):
+        carry = _rnn._lstm_step(x, carry, w_hh, b_hh)
+        return carry, carry[0]
+
+    final, hs = jax.lax.scan(body, (h0, c0), xp, reverse=reverse)
+    return hs, final
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_lstm_recurrence_derivatives_match_autodiff(reverse, bias, rng):
+    t, n, h = 7, 3, 5
+    args = [jnp.asarray(rng.normal(size=s), jnp.float32)
+            for s in ((t, n, 4 * h), (n, h), (n, h), (4 * h, h), (4 * h,))]
+    if not bias:
+        args[-1] = None
+    ours = functools.partial(_lstm_scan.lstm_scan, reverse=reverse)
+    reference = functools.partial(_scan_reference, reverse=reverse)
+    tangents = [None if a is None else jnp.asarray(rng.normal(size=a.shape), jnp.float32)
+                for a in args]
+    out, tangent_out = jax.jvp(ours, args, tangents)
+    expected, expected_tangent = jax.jvp(reference, args, tangents)
+    cotangent = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), out)
+    grads = jax.vjp(ours, *args)[1](cotangent)
+    expected_grads = jax.vjp(reference, *args)[1](cotangent)
+    for a, b in zip(jax.tree.leaves((out, tangent_out, grads)),
+                    jax.tree.leaves((expected, expected_tangent, expected_grads))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_second_derivatives(rng):
+    args = [jnp.asarray(rng.normal(size=s) * 0.5, jnp.float32)
+            for s in ((4, 2, 12), (2, 3), (2, 3), (12, 3), (12,))]
+    check_grads(lambda *a: _lstm_scan.lstm_scan(*a, False)[0].sum(), args,
+                              order=2, modes=("fwd", "rev"), atol=5e-2, rtol=5e-2, eps=1e-2)

@@ -1,0 +1,83 @@
+"""The LSTM recurrence with its derivative written out, so the backward has cuDNN's shape.
+
+Differentiating `lax.scan` of an LSTM step makes every backward step accumulate the
+recurrent weight's gradient dz_t^T h_{t-1} in the loop carry: a small matrix product per
+step that XLA's CPU backend runs in Eigen (its left operand contracts its major axis), and
+a copy of the (4H, H) accumulator per step. Here the tangent is written so that the
+weight and bias enter once, outside the loop (h_{t-1} dW^T for all steps in one product);
+the tangent loop carries only (dh, dc) with the primal weight. Its transpose, the
+backward, is then a loop emitting each step's gate gradient dz_t, and one product and one
+sum over all steps for the weight and bias gradients. Forward mode works as before.
+
+Shapes: xp (T, N, 4H) is the input projection x W_ih^T + b_ih, gates in PyTorch's order
+(i, f, g, o); h0 and c0 (N, H); w_hh (4H, H); b_hh (4H,) or None. `reverse` runs the
+sequence from its end (the second direction of a bidirectional layer).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def _forward(xp, h0, c0, w_hh, b_hh, reverse):
+    """Every step's h and c and its gate activations (i, f, g, o), in sequence order."""
+    def step(carry, x):
+        h, c = carry
+        z = x + h @ w_hh.T
+        if b_hh is not None:
+            z = z + b_hh
+        i, f, g, o = jnp.split(z, 4, axis=-1)
+        i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+        c = f * c + i * g
+        h = o * jnp.tanh(c)
+        return (h, c), (h, c, jnp.concatenate([i, f, g, o], axis=-1))
+
+    _, (hs, cs, acts) = lax.scan(step, (h0, c0), xp, reverse=reverse)
+    return hs, cs, acts
+
+
+def _previous(seq, first, reverse):
+    """The state each step started from: `first`, then `seq` one step behind."""
+    if reverse:
+        return jnp.concatenate([seq[1:], first[None]])
+    return jnp.concatenate([first[None], seq[:-1]])
+
+
+def _outputs(hs, cs, reverse):
+    last = 0 if reverse else -1
+    return hs, (hs[last], cs[last])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def lstm_scan(xp, h0, c0, w_hh, b_hh, reverse):
+    """Every step's h (T, N, H) and the final (h, c)."""
+    hs, cs, _ = _forward(xp, h0, c0, w_hh, b_hh, reverse)
+    return _outputs(hs, cs, reverse)
+
+
+@lstm_scan.defjvp
+def _lstm_scan_jvp(reverse, primals, tangents):
+    xp, h0, c0, w_hh, b_hh = primals
+    dxp, dh0, dc0, dw_hh, db_hh = tangents
+    hs, cs, acts = _forward(xp, h0, c0, w_hh, b_hh, reverse)
+    # the weight's and bias's share of every step's gate tangent, all steps at once
+    dz_in = dxp + _previous(hs, h0, reverse) @ dw_hh.T
+    if b_hh is not None:
+        dz_in = dz_in + db_hh
+
+    def step(carry, xs):
+        dh, dc = carry
+        dz, act, c, c_before = xs
+        i, f, g, o = jnp.split(act, 4, axis=-1)
+        di, df, dg, do = jnp.split(dz + dh @ w_hh.T, 4, axis=-1)
+        dc = (df * f * (1 - f) * c_before + f * dc + di * i * (1 - i) * g
+              + i * (1 - g * g) * dg)
+        tanh_c = jnp.tanh(c)
+        dh = do * o * (1 - o) * tanh_c + o * (1 - tanh_c * tanh_c) * dc
+        return (dh, dc), (dh, dc)
+
+    _, (dhs, dcs) = lax.scan(step, (dh0, dc0),
+                             (dz_in, acts, cs, _previous(cs, c0, reverse)), reverse=reverse)
+    return _outputs(hs, cs, reverse), _outputs(dhs, dcs, reverse)
