@@ -66,18 +66,23 @@ def _lstm_scan_jvp(reverse, primals, tangents):
     dz_in = dxp + _previous(hs, h0, reverse) @ dw_hh.T
     if b_hh is not None:
         dz_in = dz_in + db_hh
+    # every step's coefficients, computed for all steps at once, so the loop below is
+    # linear and stores nothing per step: dc = sum(gate coefficients * gate tangents)
+    # + f dc_prev and dh = o'-term + o (1 - tanh(c)^2) dc
+    i, f, g, o = jnp.split(acts, 4, axis=-1)
+    tanh_c = jnp.tanh(cs)
+    gate_coefs = jnp.concatenate([i * (1 - i) * g, f * (1 - f) * _previous(cs, c0, reverse),
+                                  i * (1 - g * g), o * (1 - o) * tanh_c], axis=-1)
+    dc_coef = o * (1 - tanh_c * tanh_c)
 
     def step(carry, xs):
         dh, dc = carry
-        dz, act, c, c_before = xs
-        i, f, g, o = jnp.split(act, 4, axis=-1)
-        di, df, dg, do = jnp.split(dz + dh @ w_hh.T, 4, axis=-1)
-        dc = (df * f * (1 - f) * c_before + f * dc + di * i * (1 - i) * g
-              + i * (1 - g * g) * dg)
-        tanh_c = jnp.tanh(c)
-        dh = do * o * (1 - o) * tanh_c + o * (1 - tanh_c * tanh_c) * dc
-        return (dh, dc), (dh, dc)
+        dz, coefs, forget, to_h = xs
+        di, df, dg, do = jnp.split((dz + dh @ w_hh.T) * coefs, 4, axis=-1)
+        dc = di + df + dg + forget * dc
+        dh = do + to_h * dc
+        return (dh, dc), dh
 
-    _, (dhs, dcs) = lax.scan(step, (dh0, dc0),
-                             (dz_in, acts, cs, _previous(cs, c0, reverse)), reverse=reverse)
-    return _outputs(hs, cs, reverse), _outputs(dhs, dcs, reverse)
+    (dh_last, dc_last), dhs = lax.scan(step, (dh0, dc0), (dz_in, gate_coefs, f, dc_coef),
+                                       reverse=reverse)
+    return _outputs(hs, cs, reverse), (dhs, (dh_last, dc_last))
