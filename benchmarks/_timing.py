@@ -24,6 +24,9 @@ def pin_threads(n: int = 1):
     os.sched_setaffinity(0, cores)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(n)
+    # jaxdl first, as its README advises: its malloc settings (jaxdl/_heap.py) then precede
+    # every thread jax and torch start; they apply to torch in this process as well
+    import jaxdl  # noqa: F401
     return cores
 
 
