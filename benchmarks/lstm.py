@@ -3,7 +3,8 @@ of the scan, one core, both in one process, interleaved rounds.
 
 `python benchmarks/lstm.py` (about 20 s): median step time of each form, and their ratio,
 into benchmarks/results/lstm.json. The autodiff form is the plain `lax.scan` of the LSTM
-step that `nn.LSTM` ran before `jaxdl/nn/_lstm_scan.py` (docs/design.md).
+step that `nn.LSTM` ran before `jaxdl/nn/_lstm_scan.py` (`_rnn._lstm_scan_autodiff`;
+docs/design.md).
 """
 
 import statistics
@@ -16,7 +17,6 @@ from _timing import machine, pin_threads, write_json  # noqa: E402
 
 pin_threads(1)
 
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -25,16 +25,6 @@ from jaxdl import models, optim  # noqa: E402
 from jaxdl.nn import _lstm_scan, _rnn  # noqa: E402
 
 ROUNDS, STEPS = 7, 3
-
-
-def scan_autodiff(xp, h0, c0, w_hh, b_hh, reverse):
-    """The recurrence as `lax.scan` of the LSTM step, differentiated by JAX."""
-    def body(carry, x):
-        carry = _rnn._lstm_step(x, carry, w_hh, b_hh)
-        return carry, carry[0]
-
-    final, hs = jax.lax.scan(body, (h0, c0), xp, reverse=reverse)
-    return hs, final
 
 
 def gnmt_step(recurrence, batch):
@@ -63,7 +53,7 @@ def main():
     batch = [jnp.asarray(rng.integers(1, 256, (32, 32))) for _ in range(3)]
     written_out = _lstm_scan.lstm_scan
     steps = {"written_out": gnmt_step(written_out, batch),
-             "autodiff_of_scan": gnmt_step(scan_autodiff, batch)}
+             "autodiff_of_scan": gnmt_step(_rnn._lstm_scan_autodiff, batch)}
     _lstm_scan.lstm_scan = written_out
     runs = {name: [] for name in steps}
     for _ in range(ROUNDS):

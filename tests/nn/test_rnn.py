@@ -217,16 +217,6 @@ def test_lstm_projection_matches_torch(num_layers, bidirectional, batch_first, b
 # ---- the LSTM recurrence's written-out derivative (jaxdl/nn/_lstm_scan.py) --------------------
 
 
-def _scan_reference(xp, h0, c0, w_hh, b_hh, reverse):
-    """The same recurrence as `lax.scan` of the LSTM step, differentiated by JAX."""
-    def body(carry, x):
-        carry = _rnn._lstm_step(x, carry, w_hh, b_hh)
-        return carry, carry[0]
-
-    final, hs = jax.lax.scan(body, (h0, c0), xp, reverse=reverse)
-    return hs, final
-
-
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
 def test_lstm_recurrence_derivatives_match_autodiff(reverse, bias, rng):
@@ -236,7 +226,7 @@ def test_lstm_recurrence_derivatives_match_autodiff(reverse, bias, rng):
     if not bias:
         args[-1] = None
     ours = functools.partial(_lstm_scan.lstm_scan, reverse=reverse)
-    reference = functools.partial(_scan_reference, reverse=reverse)
+    reference = functools.partial(_rnn._lstm_scan_autodiff, reverse=reverse)
     tangents = [None if a is None else jnp.asarray(rng.normal(size=a.shape), jnp.float32)
                 for a in args]
     out, tangent_out = jax.jvp(ours, args, tangents)
