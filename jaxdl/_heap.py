@@ -18,8 +18,7 @@ process: 42 ms, 38 ms); the GNMT training step 179 ms and 27,864 page faults a s
 The cost: the process keeps its peak heap, and threads share one malloc lock. It is
 set when jaxdl is imported, so threads that jax started before (`import jax` first) may
 keep arenas of their own. Set JAXDL_RETAIN_HEAP=0 before importing jaxdl to leave malloc
-as it is. Only glibc has
-these settings; elsewhere this does nothing.
+as it is. Only glibc has these settings; elsewhere this does nothing.
 """
 
 import ctypes

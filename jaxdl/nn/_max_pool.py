@@ -18,6 +18,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl.nn._windows import interleave_phases, window_views
@@ -77,7 +78,7 @@ def _phase_scatter(ct, offset, lead, k, d, s, pairs, spatial):
         for combo in itertools.product(*reach):
             start = (0,) * lead + tuple(b - sh[a] for a, b, sh in zip(combo, below, shifts))
             limit = tuple(st + size for st, size in zip(start, shape))
-            won = jax.lax.slice(offp, start, limit) == _ravel(combo, k)
+            won = jax.lax.slice(offp, start, limit) == int(np.ravel_multi_index(combo, k))
             total = total + jnp.where(won, jax.lax.slice(ctp, start, limit), jnp.zeros((), acc))
         phases.append(total)
     full = interleave_phases(phases, lead, s)
@@ -85,9 +86,3 @@ def _phase_scatter(ct, offset, lead, k, d, s, pairs, spatial):
     limit = ct.shape[:lead] + tuple(lo + size for (lo, _), size in zip(pairs, spatial))
     return jax.lax.slice(full, start, limit).astype(ct.dtype)
 
-
-def _ravel(combo, k):
-    j = 0
-    for a, ki in zip(combo, k):
-        j = j * ki + a
-    return j

@@ -231,16 +231,17 @@ def _over_head_chunks(fn, arrays, bias, heads):
         bias = jnp.broadcast_to(bias, (b, hk, *bias.shape[2:]))
     xs = ([split(x) for x in arrays], split(bias) if split_bias else None,
           None if heads is None else split(heads))
-    out_shapes = jax.eval_shape(lambda: fn(*arrays, bias, heads))
+    trailing = []  # each output's axes after (c, 1), seen when lax.map traces `chunk`
 
     def chunk(x):
         chunk_arrays, chunk_bias, chunk_heads = x
         out = fn(*map(unsplit, chunk_arrays, arrays),
                  unsplit(chunk_bias, bias) if split_bias else bias, unsplit(chunk_heads, heads))
+        trailing[:] = [y.shape[2:] for y in out]
         return tuple(y.reshape(c, -1) for y in out)
 
-    return tuple(y.reshape(shape.shape)
-                 for y, shape in zip(lax.map(chunk, xs), out_shapes))
+    flat = lax.map(chunk, xs)
+    return tuple(y.reshape(b, hk, *shape) for y, shape in zip(flat, trailing))
 
 
 # ---- forward ----------------------------------------------------------------------------------
@@ -322,26 +323,15 @@ def _tile_grads(qi, q_ti, doi, do_ti, lse_i, delta_i, kj, vj, bias, row0, col0, 
     return _rows_times(ds, kj), _columns_times(q_ti, ds), dv_t
 
 
-def _delta(o, do):
-    """rowsum(dO * O) = rowsum(P * dP), float32."""
-    acc_dtype = accumulation_dtype(o.dtype)
-    return jnp.sum(do.astype(acc_dtype) * o.astype(acc_dtype), axis=-1)
-
-
-def _backward_blocks(q, k, v, bias, o, lse, do, bq, bk):
-    """Block-major q, k, v, bias, dO, log-sum-exp and rowsum(dO * O), with q and dO also
-    transposed (dk^T and dv^T accumulate as q^T ds and dO^T p)."""
-    delta = _delta(o, do)
+def _backward_tiles(q, k, v, o, lse, do, bias, heads, cfg, bq, bk):
+    dtypes, acc_dtype = (q.dtype, k.dtype, v.dtype), accumulation_dtype(q.dtype)
+    delta = jnp.sum(do.astype(acc_dtype) * o.astype(acc_dtype), axis=-1)  # rowsum(P * dP)
     t, q, k, v, bias = _prepare(q, k, v, bias, bq, bk)
     # padded rows get log-sum-exp +inf: probability 0, no overflow into dk and dv
     do, lse, delta = _to_blocks(do, 3, bq), _to_blocks(lse, 3, bq, jnp.inf), _to_blocks(
         delta, 3, bq)
-    return t, (q, _columns(q), do, _columns(do), lse, delta), k, v, bias
-
-
-def _backward_tiles(q, k, v, o, lse, do, bias, heads, cfg, bq, bk):
-    dtypes, acc_dtype = (q.dtype, k.dtype, v.dtype), accumulation_dtype(q.dtype)
-    t, rows, k, v, bias = _backward_blocks(q, k, v, bias, o, lse, do, bq, bk)
+    # per query block; q and dO also transposed: dk^T and dv^T accumulate as q^T ds, dO^T p
+    rows = (q, _columns(q), do, _columns(do), lse, delta)
 
     def key_block(carry, kv):
         j, dq = carry
