@@ -8,8 +8,9 @@ momentum 0.9. Both sides start from the torch twin's weights and see the same ba
 Each thread count runs in its own worker process (XLA's thread count is fixed when jax
 starts; `torch.set_num_threads` on the torch side). Per configuration: the first step
 of each side is timed alone (compile time for jaxdl and torch.compile), then `--rounds`
-interleaved rounds of `--steps` steps each (the order alternates every round); the
-figure is the median over rounds of the mean step time.
+interleaved rounds of `--steps` steps each, or more where a round would be shorter than
+`--min-round-seconds` (the order alternates every round); the figure is the median over
+rounds of the mean step time.
 
 torch.compile (inductor) is a third column for the configurations in `INDUCTOR`
 (`--inductor all|none|default`): on this 2-core machine inductor needs minutes for a
@@ -24,6 +25,7 @@ not timed on an idle machine yet; on the shared machine one CNN configuration to
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -142,13 +144,20 @@ def build_steps(name, inputs, target, inductor):
     return steps
 
 
-def measure(steps, rounds, per_round, max_seconds):
-    first, times = {}, {name: [] for name in steps}
+def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
+    first, warm, times = {}, {}, {name: [] for name in steps}
     for name, step in steps.items():
         start = time.perf_counter()
         step()
         first[name] = time.perf_counter() - start
         step()  # a second warm-up step (buffers donated, caches warm)
+        start = time.perf_counter()
+        step()
+        warm[name] = time.perf_counter() - start
+    # Rounds of a few milliseconds measure the switch between the sides (caches, and the
+    # other side's thread pool still spinning) more than the steps: a 2 ms step timed 2 at
+    # a time read 0.77x torch at 2 threads, 20 at a time 1.14x (2026-12-01).
+    per_round = max(per_round, math.ceil(min_round_seconds / min(warm.values())))
     deadline = time.perf_counter() + max_seconds
     order = list(steps)
     for r in range(rounds):
@@ -160,7 +169,7 @@ def measure(steps, rounds, per_round, max_seconds):
         if time.perf_counter() > deadline and r >= 2:
             break
     return {name: {"step_ms": 1e3 * statistics.median(t), "first_step_s": first[name],
-                   "rounds": len(t)} for name, t in times.items()}
+                   "rounds": len(t), "steps_per_round": per_round} for name, t in times.items()}
 
 
 def worker(args):
@@ -179,7 +188,8 @@ def worker(args):
         try:
             inputs, target = make_batch(name, size, batch, np.random.default_rng(0))
             steps = build_steps(name, inputs, target, inductor)
-            row.update(measure(steps, args.rounds, args.steps, args.max_seconds))
+            row.update(measure(steps, args.rounds, args.steps, args.max_seconds,
+                               args.min_round_seconds))
             row["speedup_vs_torch"] = row["torch"]["step_ms"] / row["jaxdl"]["step_ms"]
         except Exception as err:  # e.g. an input too small for the model: recorded, not fatal
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -235,7 +245,9 @@ def main():
     parser.add_argument("--heavy", action="store_true", help="also VGG/OverFeat at 224")
     parser.add_argument("--threads", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=2, help="steps per round and side")
+    parser.add_argument("--steps", type=int, default=2, help="steps per round and side (at least)")
+    parser.add_argument("--min-round-seconds", type=float, default=0.25,
+                        help="more steps per round where a round would be shorter than this")
     parser.add_argument("--max-seconds", type=float, default=5.0,
                         help="stop a configuration's rounds after this (at least 3 rounds)")
     parser.add_argument("--inductor", choices=("default", "all", "none"), default="default")
@@ -250,6 +262,7 @@ def main():
         cmd = [sys.executable, __file__, "--worker", "--threads", str(threads), "--out", str(part),
                "--sizes", ",".join(map(str, args.sizes)), "--rounds", str(args.rounds),
                "--steps", str(args.steps), "--max-seconds", str(args.max_seconds),
+               "--min-round-seconds", str(args.min_round_seconds),
                "--inductor", args.inductor] + (["--models", ",".join(args.models)] if args.models
                                               else []) + (["--heavy"] if args.heavy else [])
         subprocess.run(cmd, check=True)
