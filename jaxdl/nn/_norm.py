@@ -15,6 +15,7 @@ mode and higher derivatives still work. SyncBatchNorm across a mapped axis keeps
 plain autodiff through its `pmean`-ed moments.
 """
 
+import math
 from functools import partial
 
 import jax
@@ -145,15 +146,22 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return _normalize_channels(input, running_mean, running_var, weight, bias, eps)
 
 
-def _last_axes_norm(input, normalized_shape, eps, center: bool):
+def _last_axes_norm(input, normalized_shape, eps, center: bool, weight=None, bias=None):
+    """Normalise over the trailing `normalized_shape` axes, then scale and shift.
+
+    It runs on the input as a (rows, features) array: XLA on CPU hands the reductions to
+    YNNPACK, which ran them 3.7x slower on a (1, 512, 128) input than on (512, 128) (a
+    leading axis of extent 1, as in a batch of one; 2026-12-01, forward+backward)."""
     if tuple(input.shape[input.ndim - len(normalized_shape):]) != normalized_shape:
         raise ValueError(f"normalized_shape {normalized_shape} is not the trailing shape of the "
                          f"input {tuple(input.shape)}")
-    axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
-    x = _f32(input)
+    features = math.prod(normalized_shape)
+    rows = math.prod(input.shape[:input.ndim - len(normalized_shape)])
+    x = _f32(input).reshape((rows, features) if rows != 1 else (features,))
     if center:
-        x = x - jnp.mean(x, axes, keepdims=True)
-    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axes, keepdims=True) + eps)
+        x = x - jnp.mean(x, -1, keepdims=True)
+    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), -1, keepdims=True) + eps)
+    return _affine(y, weight, bias, (features,)).reshape(input.shape)
 
 
 def _shape_tuple(normalized_shape):
@@ -163,17 +171,16 @@ def _shape_tuple(normalized_shape):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     input = amp.full(input)
-    shape = _shape_tuple(normalized_shape)
-    y = _last_axes_norm(input, shape, eps, center=True)
-    return _affine(y, weight, bias, shape).astype(input.dtype)
+    y = _last_axes_norm(input, _shape_tuple(normalized_shape), eps, True, weight, bias)
+    return y.astype(input.dtype)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """y = x / sqrt(mean(x^2) + eps) * weight; eps=None means finfo(input.dtype).eps."""
     input = amp.full(input)
     eps = jnp.finfo(input.dtype).eps if eps is None else eps
-    y = _last_axes_norm(input, _shape_tuple(normalized_shape), eps, center=False)
-    return (y if weight is None else y * weight).astype(input.dtype)
+    y = _last_axes_norm(input, _shape_tuple(normalized_shape), eps, False, weight)
+    return y.astype(input.dtype)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):

@@ -22,10 +22,13 @@ from jaxdl import nn
     ("LayerNorm", ((4, 5),), {}, (2, 3, 4, 5)),
     ("LayerNorm", (5,), {"bias": False, "eps": 1e-3}, (3, 5)),
     ("LayerNorm", (5,), {"elementwise_affine": False}, (1, 1, 5)),
+    ("LayerNorm", ((7, 5),), {}, (1, 7, 5)),  # one row: normalised as a 1-d array
+    ("LayerNorm", (5,), {}, (1, 7, 5)),  # a batch of one: as (7, 5) rows
     ("GroupNorm", (2, 6), {}, (3, 6, 4, 5)),
     ("GroupNorm", (3, 3), {"affine": False}, (2, 3, 7)),
     ("RMSNorm", (6,), {}, (2, 3, 6)),
     ("RMSNorm", ((2, 6),), {"eps": 1e-4}, (4, 2, 6)),
+    ("RMSNorm", (6,), {}, (1, 6)),
     ("InstanceNorm2d", (3,), {}, (2, 3, 4, 5)),
     ("InstanceNorm2d", (3,), {"affine": True}, (3, 4, 5)),
     ("LocalResponseNorm", (3,), {}, (2, 5, 4, 4)),

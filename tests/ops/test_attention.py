@@ -152,6 +152,28 @@ def test_differentiated_float_mask_gets_torchs_gradient(rng):
         _close(grad, expected_grad, 1e-4)
 
 
+@pytest.mark.parametrize("mask_kind", ["float", "bool_with_dead_row"])
+def test_dense_path_forward_mode_and_second_derivatives(rng, mask_kind):
+    # the dense path's tangent is written out (_attention_xla._dense_jvp): forward mode,
+    # reverse mode and their second derivatives against finite differences, with GQA,
+    # dropout and a mask (differentiated when it is a float one)
+    q, k, v = _inputs(rng, (1, 4, 12, 8), (1, 2, 16, 8))
+    key = jax.random.key(0)
+    if mask_kind == "float":
+        mask = jnp.asarray(rng.normal(size=(1, 1, 12, 16)), jnp.float32)
+        check_grads(lambda q, k, v, m: ops.attention(q, k, v, mask=m, dropout_p=0.3, key=key,
+                                                     enable_gqa=True, impl=XLA),
+                    (q, k, v, mask), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2,
+                    eps=1e-3)
+        return
+    mask = jnp.asarray(rng.random((12, 16)) < 0.7).at[3].set(False)  # query 3 sees no key
+    f = lambda q, k, v: ops.attention(q, k, v, mask=mask, dropout_p=0.3, key=key,  # noqa: E731
+                                      enable_gqa=True, impl=XLA)
+    check_grads(f, (q, k, v), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2, eps=1e-3)
+    _, tangent = jax.jvp(f, (q, k, v), (q, k, v))
+    assert np.isfinite(np.asarray(tangent)).all() and not np.asarray(tangent)[0, :, 3].any()
+
+
 def test_scale(rng):
     _check(rng, (1, 2, 20, 8), (1, 2, 30, 8), XLA, scale=0.3)
 
@@ -186,7 +208,7 @@ def test_dropout_same_mask_on_both_backends(rng):
         _close(out, np.asarray(outs[0]), 1e-5)
 
 
-@pytest.mark.parametrize("impl", [XLA_TILED, PALLAS], ids=["xla_tiled", "pallas"])
+@pytest.mark.parametrize("impl", [XLA, XLA_TILED, PALLAS], ids=["xla", "xla_tiled", "pallas"])
 def test_dropout_gradients_numerically(rng, impl):
     q, k, v = _inputs(rng, (1, 2, 20, 8), (1, 2, 40, 8))
     key = jax.random.key(0)
