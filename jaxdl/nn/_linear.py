@@ -2,6 +2,7 @@
 matrix products."""
 
 import enum
+import functools
 import math
 
 import jax
@@ -20,7 +21,7 @@ def linear(input, weight, bias=None):
         raise ValueError(f"F.linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)} (out_features, in_features)")
     input, weight, bias = amp.lower(input, weight, bias)
-    if input.ndim > 2 and weight.ndim == 2:
+    if input.ndim >= 2 and weight.ndim == 2:
         return _linear_rows(input, weight, bias)
     out = jnp.matmul(input, weight.T)
     return out if bias is None else out + bias
@@ -31,9 +32,45 @@ def _linear_rows(input, weight, bias):
     fewer layout copies in the backward than for the batched matmul of the (..., in)
     array: a GPT training step ran 8% faster (2026-11-30, one core)."""
     rows = input.reshape(-1, input.shape[-1])
-    out = jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
+    out = _rows_times_weight(rows, weight)
     out = out if bias is None else out + bias
     return out.reshape(input.shape[:-1] + (weight.shape[0],))
+
+
+def _times_transposed(rows, weight):
+    return jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
+
+
+@jax.custom_jvp
+def _rows_times_weight(rows, weight):
+    """rows W^T, with a tangent written so that the weight gradient's product takes the
+    narrower of (dy, x) as its left operand.
+
+    The weight gradient dy^T x contracts the rows, the major axis of both operands, so
+    XLA on CPU runs it in Eigen, whose speed depends on the operands' order: for
+    (2048, 512)^T (2048, 128) it took 3.0 ms against 1.9 ms for (2048, 128)^T
+    (2048, 512) and a transpose of the (128, 512) result (2026-12-01, one core).
+    Autodiff puts dy on the left. Where out_features > in_features the tangent's weight
+    term is x (dW^T) instead, whose transpose is x^T dy, transposed back; the barrier
+    keeps XLA from folding that transpose into the product, which would swap its
+    operands back."""
+    return _times_transposed(rows, weight)
+
+
+@functools.partial(_rows_times_weight.defjvp, symbolic_zeros=True)
+def _rows_times_weight_jvp(primals, tangents):
+    rows, weight = primals
+    d_rows, d_weight = tangents
+    out = _times_transposed(rows, weight)
+    terms = []
+    if not isinstance(d_rows, jax.custom_derivatives.SymbolicZero):
+        terms.append(_times_transposed(d_rows, weight))
+    if not isinstance(d_weight, jax.custom_derivatives.SymbolicZero):
+        if weight.shape[0] > weight.shape[1]:
+            terms.append(rows @ jax.lax.optimization_barrier(d_weight.T))
+        else:
+            terms.append(_times_transposed(rows, d_weight))
+    return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
 
 
 def bilinear(input1, input2, weight, bias=None):

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as TF
 from functional_oracle import check_functional
+from jax.test_util import check_grads
 from torch_twin import check_twin, pair, rand
 
 import jaxdl.nn.functional as F
@@ -17,6 +18,7 @@ from jaxdl import nn
 
 def test_linear_bilinear_shape_layers(rng):
     check_twin(*pair("Linear", 5, 3), [rand(rng, 1, 5)])
+    check_twin(*pair("Linear", 3, 7), [rand(rng, 2, 4, 3)])  # out > in: dW as (x^T dy)^T
     check_twin(*pair("Bilinear", 4, 3, 2), [rand(rng, 5, 4), rand(rng, 5, 3)])
     check_twin(*pair("Bilinear", 4, 3, 2, bias=False), [rand(rng, 4), rand(rng, 3)])
     check_twin(*pair("Flatten"), [rand(rng, 2, 3, 4)], modes=("train",))
@@ -25,6 +27,21 @@ def test_linear_bilinear_shape_layers(rng):
     bound = 1 / math.sqrt(4)
     w = np.asarray(nn.Bilinear(4, 3, 7).weight)
     assert w.shape == (7, 4, 3) and np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+
+
+@pytest.mark.parametrize("out_features", [2, 9])  # the weight gradient's two orientations
+def test_linear_forward_mode_and_second_derivatives(out_features, rng):
+    # F.linear's tangent is written out (_linear._rows_times_weight): forward and reverse
+    # mode and their second derivatives against finite differences, and a weight that is
+    # not differentiated (a symbolic zero tangent). Small inputs keep tanh off its flat
+    # tails, where float32 finite differences of second order are too coarse.
+    x = 0.5 * jnp.asarray(rand(rng, 2, 3, 5))
+    w = 0.5 * jnp.asarray(rand(rng, out_features, 5))
+    b = jnp.asarray(rand(rng, out_features))
+    check_grads(lambda x, w, b: jnp.tanh(F.linear(x, w, b)), (x, w, b), order=2,
+                modes=["fwd", "rev"], atol=1e-2, rtol=1e-2, eps=1e-2)
+    check_grads(lambda x: jnp.tanh(F.linear(x, w)), (x,), order=2, modes=["fwd", "rev"],
+                atol=1e-2, rtol=1e-2, eps=1e-2)
 
 
 OFFS = np.array([2, 5, 8], np.int32)
