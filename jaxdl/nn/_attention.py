@@ -147,6 +147,7 @@ def multi_head_attention_forward(
                     and bias_k is None and not add_zero_attn)
     if flash_causal:
         attn_mask = None
+    self_attention = query is key and key is value
     batched = query.ndim == 3
     if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
         layout = "(N, L, E)" if batch_first else "(L, N, E)"
@@ -178,7 +179,12 @@ def multi_head_attention_forward(
     for name, x, w in (("key", key, weights[1]), ("value", value, weights[2])):
         if x.shape[-1] != w.shape[1]:
             raise ValueError(f"expected {name} embedding size {w.shape[1]}, got shape {x.shape}")
-    q, k, v = (linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
+    if self_attention and not use_separate_proj_weight:
+        # one (E, 3E) product, as torch's packed in-projection: the backward's input and
+        # weight gradients are then one product each instead of three
+        q, k, v = jnp.split(linear(query, in_proj_weight, in_proj_bias), 3, axis=-1)
+    else:
+        q, k, v = (linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
 
     dtype = q.dtype
     attn_mask = _additive_mask(attn_mask, dtype, masked_value=True)
