@@ -430,22 +430,6 @@ def dense(q, k, v, bias, seeds, cfg):
     return _heads_out(jnp.where(dead, 0.0, _times_values(kept, v)), q)
 
 
-def _swapped(tangent):
-    """A key or value tangent as (B*Hk, width, S), behind a barrier. The backward's dK and
-    dV products contract the query rows, the major axis of both operands, so XLA runs
-    them in Eigen, and JAX orders their operands after the tangent's axes: with the
-    width before the keys, the narrow operand (q or dO) comes first, and Eigen ran such
-    a (64, 128, 32) product in 0.82 ms with the transpose against 1.53 ms. The barrier
-    keeps XLA from folding the transpose back into the product (docs/design.md)."""
-    return lax.optimization_barrier(jnp.swapaxes(_heads_in(tangent), 1, 2))
-
-
-def _scores_by_key_tangent(q, dk, scale):
-    """q dk^T scale, as `_score_product`, with dk `_swapped`."""
-    return jnp.einsum("nqc,nck->nqk", _heads_in(q), _swapped(dk),
-                      preferred_element_type=accumulation_dtype(q.dtype)) * scale
-
-
 def _is_zero(tangent):
     return tangent is None or isinstance(tangent, jax.custom_derivatives.SymbolicZero)
 
@@ -463,7 +447,7 @@ def _dense_jvp(cfg, primals, tangents):
     p, kept, dead = _dense_probabilities(q, k, bias, seeds, cfg)
     out = jnp.where(dead, 0.0, _times_values(kept, v))
     scores = [_score_product(dq, k, cfg.scale) if not _is_zero(dq) else None,
-              _scores_by_key_tangent(q, dk, cfg.scale) if not _is_zero(dk) else None,
+              _score_product(q, dk, cfg.scale) if not _is_zero(dk) else None,
               _bias_rows(dbias, q.shape, k.shape[2]) if not _is_zero(dbias) else None]
     scores = [t for t in scores if t is not None]
     d_out = jnp.zeros_like(out)
@@ -472,6 +456,5 @@ def _dense_jvp(cfg, primals, tangents):
         r = jnp.sum(p * ds, axis=-1, keepdims=True)
         d_out = _times_values(kept * ds, v) - r * out
     if not _is_zero(dv):
-        d_out = d_out + jnp.einsum("nqk,ndk->nqd", kept.astype(dv.dtype), _swapped(dv),
-                                   preferred_element_type=accumulation_dtype(dv.dtype))
+        d_out = d_out + _times_values(kept, dv)
     return _heads_out(out, q), _heads_out(jnp.where(dead, 0.0, d_out), q)
