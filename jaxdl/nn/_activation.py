@@ -1,5 +1,7 @@
 """Element-wise activations and the softmax family: functional forms and modules."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -47,10 +49,17 @@ def selu(input, inplace: bool = False):
 
 
 def gelu(input, approximate: str = "none"):
-    """GELU: exact erf form for approximate='none' (PyTorch's default), or the tanh form."""
+    """GELU: exact erf form for approximate='none' (PyTorch's default), or the tanh form.
+
+    The exact form is PyTorch's formula, x (1 + erf(x / sqrt(2))) / 2. `jax.nn.gelu`
+    writes it with erfc, which XLA on CPU evaluates piecewise (an exp, two rational
+    polynomials and selects): 1.41 ms for a (2048, 512) forward against 0.51 ms with erf
+    (torch: 0.42 ms; 2026-12-01, one core)."""
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate={approximate!r}; use 'none' or 'tanh'")
-    return jax.nn.gelu(input, approximate=approximate == "tanh")
+    if approximate == "tanh":
+        return jax.nn.gelu(input, approximate=True)
+    return input * 0.5 * (1.0 + jax.lax.erf(input * math.sqrt(0.5)))
 
 
 def silu(input, inplace: bool = False):

@@ -3,6 +3,7 @@ against PyTorch."""
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -42,6 +43,18 @@ def test_linear_forward_mode_and_second_derivatives(out_features, rng):
                 modes=["fwd", "rev"], atol=1e-2, rtol=1e-2, eps=1e-2)
     check_grads(lambda x: jnp.tanh(F.linear(x, w)), (x,), order=2, modes=["fwd", "rev"],
                 atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def test_linear_gradients_under_vmap_and_jit(rng):
+    # the written-out tangent's transposed weight term, batched: an ensemble of weights
+    # and per-example gradients, compiled, against autodiff of x @ w.T
+    x = jnp.asarray(rand(rng, 4, 3, 2))
+    ws = jnp.asarray(rand(rng, 3, 9, 2))
+    loss = lambda w, x, lin: jnp.sum(jnp.tanh(lin(x, w)))  # noqa: E731
+    for axes, args in (((0, None), (ws, x)), ((None, 0), (ws[0], x))):
+        ours = jax.jit(jax.vmap(jax.grad(lambda w, x: loss(w, x, F.linear)), axes))(*args)
+        plain = jax.vmap(jax.grad(lambda w, x: loss(w, x, lambda x, w: x @ w.T)), axes)(*args)
+        np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-5)
 
 
 OFFS = np.array([2, 5, 8], np.int32)
