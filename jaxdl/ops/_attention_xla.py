@@ -446,10 +446,13 @@ def _dense_jvp(cfg, primals, tangents):
     dq, dk, dv, dbias, _ = tangents
     p, kept, dead = _dense_probabilities(q, k, bias, seeds, cfg)
     out = jnp.where(dead, 0.0, _times_values(kept, v))
-    scores = [_score_product(dq, k, cfg.scale) if not _is_zero(dq) else None,
-              _score_product(q, dk, cfg.scale) if not _is_zero(dk) else None,
-              _bias_rows(dbias, q.shape, k.shape[2]) if not _is_zero(dbias) else None]
-    scores = [t for t in scores if t is not None]
+    scores = []  # the scores' tangent, term by term (symbolic zeros left out)
+    if not _is_zero(dq):
+        scores.append(_score_product(dq, k, cfg.scale))
+    if not _is_zero(dk):
+        scores.append(_score_product(q, dk, cfg.scale))
+    if not _is_zero(dbias):
+        scores.append(_bias_rows(dbias, q.shape, k.shape[2]))
     d_out = jnp.zeros_like(out)
     if scores:
         ds = functools.reduce(jnp.add, scores)
