@@ -53,7 +53,7 @@ def _cpu() -> str:
         return platform.processor() or "cpu"
     field = {k.strip(): v.strip() for k, _, v in
              (line.partition(":") for line in text.split("\n\n")[0].splitlines())}
-    vector = "avx512" if "avx512f" in field.get("flags", "").split() else "avx2 or less"
+    vector = "avx512" if "avx512f" in field.get("flags", "").split() else "no avx512"
     return (f"{field.get('model name', 'cpu')} (family {field.get('cpu family', '?')}, "
             f"model {field.get('model', '?')}, {vector})")
 
