@@ -7,7 +7,8 @@ One step = forward, loss (cross-entropy; BCE-with-logits for ncf), backward, SGD
 momentum 0.9. Both sides start from the torch twin's weights and see the same batch.
 Each thread count runs in its own worker process (XLA's thread count is fixed when jax
 starts; `torch.set_num_threads` on the torch side). Per configuration: the first step
-of each side is timed alone (compile time for jaxdl and torch.compile), then `--rounds`
+of each side is timed alone (compile time for jaxdl and torch.compile), then both sides
+step in turn until a round faults no fresh memory in (at most `WARMUP_ROUNDS`), then `--rounds`
 interleaved rounds of `--steps` steps each, or more where a round would be shorter than
 `--min-round-seconds` (the order alternates every round); the figure is the median over
 rounds of the mean step time.
@@ -26,6 +27,7 @@ not timed on an idle machine yet; on the shared machine one CNN configuration to
 import argparse
 import json
 import math
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,11 +42,13 @@ CNNS = ["alexnet", "overfeat", "vgg11", "vgg16", "vgg19", "googlenet", "resnet18
 # Batch per (CNN, input size): small where a 1-thread step would take seconds.
 BATCH = {32: 16, 64: 8, 224: 2}
 HEAVY_AT_224 = {"vgg11", "vgg16", "vgg19", "overfeat", "googlenet"}  # seconds a step: --heavy
-# AlexNet's stride-4 stem and three pools take a 32-pixel input down to nothing (torchvision's too)
-MIN_SIZE = {"alexnet": 64}
+# The stride-4 stems and pools take a small input down to nothing: AlexNet's (torchvision's too)
+# at 32 pixels, OverFeat's below 71 (its last 2x2 pool needs a 2x2 map).
+MIN_SIZE = {"alexnet": 64, "overfeat": 71}
 # Every model at its sizes; CNNs at 32, 64 and 224 (except HEAVY_AT_224 at 224).
 DEFAULT_SIZES = (32, 64, 224)
 INDUCTOR = {"mlp", "cnn", "ncf"}
+WARMUP_ROUNDS = 10
 
 
 def configurations(models, sizes, heavy):
@@ -150,10 +154,19 @@ def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
         start = time.perf_counter()
         step()
         first[name] = time.perf_counter() - start
-        step()  # a second warm-up step (buffers donated, caches warm)
-        start = time.perf_counter()
-        step()
-        warm[name] = time.perf_counter() - start
+    # Warm up until the heap stops growing: a round of one step per side with no page fault
+    # (at most WARMUP_ROUNDS). The two sides share one malloc heap, and until it has room for
+    # both a step faults its fresh pages in: VGG-19's jaxdl step took 800 ms instead of 350
+    # while it faulted 300 MB in, up to five steps after the first (2026-12-01).
+    warmup_rounds, faulted = 0, True
+    while faulted and warmup_rounds < WARMUP_ROUNDS:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            warm[name] = time.perf_counter() - start
+        warmup_rounds += 1
+        faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt != faults
     # Rounds of a few milliseconds measure the switch between the sides (caches, and the
     # other side's thread pool still spinning) more than the steps: a 2 ms step timed 2 at
     # a time read 0.77x torch at 2 threads, 20 at a time 1.14x (2026-12-01).
@@ -169,7 +182,8 @@ def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
         if time.perf_counter() > deadline and r >= 2:
             break
     return {name: {"step_ms": 1e3 * statistics.median(t), "first_step_s": first[name],
-                   "rounds": len(t), "steps_per_round": per_round} for name, t in times.items()}
+                   "warmup_rounds": warmup_rounds, "rounds": len(t), "steps_per_round": per_round}
+            for name, t in times.items()}
 
 
 def worker(args):
@@ -194,7 +208,8 @@ def worker(args):
         except Exception as err:  # e.g. an input too small for the model: recorded, not fatal
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         if not inductor:
-            row["torch.compile"] = "not run: inductor compiles a CNN's training graph in minutes on 2 cores"
+            row["torch.compile"] = ("not run: not in --inductor's set (inductor takes minutes "
+                                    "to compile the larger training graphs on 2 cores)")
         print(json.dumps(row), flush=True)
         results.append(row)
     Path(args.out).write_text(json.dumps(results))
