@@ -55,9 +55,11 @@ import numpy as np
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl.nn._windows import interleave_phases, window_views
 
-# Output maps with at most this many pixels are "tiny": a matrix product over patches
-# beats XLA's convolution there (2x2 maps 50-100x, 4x4 ~1-1.7x, 7x7 ~1x: no rule needed).
-_TINY_MAP = 16
+# Output maps with at most this many pixels (3x3) are "tiny": a matrix product over patches
+# beats XLA's convolution there (2x2 maps 50-100x). On 4x4 maps the two are within 1.3x
+# and which wins depends on the CPU (patches on a Xeon, XLA on a Zen 5), so the batch
+# decides there, through _FEW_ROWS (docs/design.md).
+_TINY_MAP = 9
 # With this few output rows (images x pixels) XLA's convolution costs about what the
 # transposed copy of its weight (OIHW to HWIO, made every step) costs; "patches" uses the
 # weight as it is: 3x3 layers on 7x7 maps at batch 2 ran 1.5-1.7x faster (docs/design.md).

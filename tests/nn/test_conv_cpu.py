@@ -126,6 +126,8 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
     assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
+    assert lowerings((16, 3, 3, 256), (256, 256, 3, 3))[:3] == ("patches",) * 3
+    assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[:3] == ("xla",) * 3
     # few output rows (batch x pixels): patches, which use the weight untransposed
     assert lowerings((2, 7, 7, 512), (512, 512, 3, 3))[:3] == ("patches",) * 3
     assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[:3] == ("xla",) * 3
