@@ -61,7 +61,10 @@ def test_state_dict_names_are_torchvisions(name):
 
 @pytest.mark.parametrize("name,kwargs,size,batch", SMALL)
 def test_small_models_match_torch_twins(name, kwargs, size, batch, rng):
-    """Train mode (batch statistics, running-statistic updates; GoogLeNet's aux heads too)."""
+    """Train mode (batch statistics, running-statistic updates; GoogLeNet's aux heads too).
+
+    Against torch in float64: GoogLeNet's BatchNorms over four 1x1 maps put torch's own float32
+    output about 5e-5 from float64, so float32 against float32 compared rounding at 1e-4."""
     kwargs = dict(kwargs, num_classes=7, dropout=0.0)
     torch.manual_seed(0)
     twin = models.model_entry(name).torch_twin(**kwargs)
@@ -69,7 +72,7 @@ def test_small_models_match_torch_twins(name, kwargs, size, batch, rng):
     model = dl.memory.abstract_model(models.get_model, name, **kwargs)
     assert list(model.state_dict()) == list(twin.state_dict())
     out = check_twin(twin, model, [rand(rng, batch, 3, size, size)], modes=("train",), jit=True,
-                     fwd_tol=1e-4, grad_tol=1e-3)
+                     fwd_tol=1e-4, grad_tol=1e-3, float64_drift=3.0)
     assert len(out) == (3 if kwargs.get("aux_logits") else 1)
 
 
