@@ -37,13 +37,38 @@ def _linear_rows(input, weight, bias):
     return out.reshape(input.shape[:-1] + (weight.shape[0],))
 
 
+# Products with this few rows are bound by reading the weight, and YNNPACK's (XLA's CPU
+# matrix library) speed there depends on the operands' form (measured 2026-12-01, one core,
+# an AMD EPYC without AVX-512; docs/design.md, "Small-batch linear layers").
+_FEW_ROWS = 64
+
+
 def _times_transposed(rows, weight):
+    """rows W^T. Two rows run as two matrix-vector products: YNNPACK took 58 ms for a
+    (2, 9216) x (4096, 9216)^T product and 26 ms for the two products W x (one row: 12 ms;
+    with three or four rows its matrix product wins again)."""
+    if rows.shape[0] == 2:
+        return jnp.stack([weight @ rows[0], weight @ rows[1]])
     return jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
+
+
+def _rows_tangent(d_rows, weight):
+    """d_rows W^T, written so that its transpose (the input gradient dy W) runs fast.
+
+    Autodiff's dy W contracts the weight's major axis with dy on the left; with few rows
+    YNNPACK ran it 2-3x slower than (W^T dy^T)^T with dy^T materialised, which the barrier
+    makes this tangent's transpose: (8, 4096) x (4096, 9216) 108 -> 38 ms, 32 rows 231 ->
+    96 ms; from 128 rows on the two are even and then autodiff's form wins."""
+    if d_rows.shape[0] > _FEW_ROWS:
+        return jax.lax.dot_general(d_rows, weight, (((1,), (1,)), ((), ())))
+    return jax.lax.optimization_barrier(
+        jax.lax.dot_general(weight, d_rows, (((1,), (1,)), ((), ())))).T
 
 
 @jax.custom_jvp
 def _rows_times_weight(rows, weight):
-    """rows W^T, with a tangent written so that the weight gradient's product takes the
+    """rows W^T, with a tangent written so that the backward's products take fast forms:
+    the input gradient's (`_rows_tangent`) and the weight gradient's, which takes the
     narrower of (dy, x) as its left operand.
 
     The weight gradient dy^T x contracts the rows, the major axis of both operands, so
@@ -64,12 +89,12 @@ def _rows_times_weight_jvp(primals, tangents):
     out = _times_transposed(rows, weight)
     terms = []
     if not isinstance(d_rows, jax.custom_derivatives.SymbolicZero):
-        terms.append(_times_transposed(d_rows, weight))
+        terms.append(_rows_tangent(d_rows, weight))
     if not isinstance(d_weight, jax.custom_derivatives.SymbolicZero):
         if weight.shape[0] > weight.shape[1]:
             terms.append(rows @ jax.lax.optimization_barrier(d_weight.T))
         else:
-            terms.append(_times_transposed(rows, d_weight))
+            terms.append(jax.lax.dot_general(rows, d_weight, (((1,), (1,)), ((), ()))))
     return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
 
 

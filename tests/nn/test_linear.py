@@ -30,13 +30,27 @@ def test_linear_bilinear_shape_layers(rng):
     assert w.shape == (7, 4, 3) and np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
 
 
+# Row counts that take each form of F.linear's products (_linear._times_transposed and
+# _rows_tangent): one row, two rows (matrix-vector products), few rows (the input gradient
+# as (W^T dy^T)^T), many rows (autodiff's forms).
+ROWS = [1, 2, 8, 100]
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("in_features, out_features", [(6, 4), (3, 7)])
+def test_linear_every_row_count_matches_torch(rows, in_features, out_features, rng):
+    check_twin(*pair("Linear", in_features, out_features), [rand(rng, rows, in_features)],
+               modes=("train",), jit=True)
+
+
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("out_features", [2, 9])  # the weight gradient's two orientations
-def test_linear_forward_mode_and_second_derivatives(out_features, rng):
+def test_linear_forward_mode_and_second_derivatives(rows, out_features, rng):
     # F.linear's tangent is written out (_linear._rows_times_weight): forward and reverse
     # mode and their second derivatives against finite differences, and a weight that is
     # not differentiated (a symbolic zero tangent). Small inputs keep tanh off its flat
     # tails, where float32 finite differences of second order are too coarse.
-    x = 0.5 * jnp.asarray(rand(rng, 2, 3, 5))
+    x = 0.5 * jnp.asarray(rand(rng, rows, 1, 5))
     w = 0.5 * jnp.asarray(rand(rng, out_features, 5))
     b = jnp.asarray(rand(rng, out_features))
     check_grads(lambda x, w, b: jnp.tanh(F.linear(x, w, b)), (x, w, b), order=2,
@@ -45,10 +59,11 @@ def test_linear_forward_mode_and_second_derivatives(out_features, rng):
                 atol=1e-2, rtol=1e-2, eps=1e-2)
 
 
-def test_linear_gradients_under_vmap_and_jit(rng):
+@pytest.mark.parametrize("rows", ROWS)
+def test_linear_gradients_under_vmap_and_jit(rows, rng):
     # the written-out tangent's transposed weight term, batched: an ensemble of weights
     # and per-example gradients, compiled, against autodiff of x @ w.T
-    x = jnp.asarray(rand(rng, 4, 3, 2))
+    x = jnp.asarray(rand(rng, 4, rows, 2))
     ws = jnp.asarray(rand(rng, 3, 9, 2))
     loss = lambda w, x, lin: jnp.sum(jnp.tanh(lin(x, w)))  # noqa: E731
     for axes, args in (((0, None), (ws, x)), ((None, 0), (ws[0], x))):

@@ -1,0 +1,92 @@
+"""Where a model's compiled training step spends its time, per XLA op (one core by default).
+
+    python benchmarks/profile_step.py --model resnet18 --size 224 --batch 2
+    python benchmarks/profile_step.py --model gpt --size 128 --batch 16 --top 40
+
+The step is `benchmarks/models.py`'s (forward, cross-entropy, backward, SGD with momentum),
+traced with `jax.profiler` for `--steps` steps after a warm-up; the perfetto trace's events
+are summed per op name over the steps and printed largest first, with each op's share of
+the step and, for convolution lowerings, what `dl.backends.cpu.choices()` says each traced
+convolution runs. Takes about a minute (plus the model's compile).
+"""
+
+import argparse
+import collections
+import gzip
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _timing  # noqa: E402
+import models as model_bench  # noqa: E402
+
+
+def op_times(trace_dir: Path) -> tuple[dict, float]:
+    """Total microseconds per op name over the XLA op events of the trace, and the span of
+    the traced steps' wall time (us)."""
+    path = next(trace_dir.rglob("*.trace.json.gz"))
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    totals, first, last = collections.Counter(), float("inf"), 0.0
+    for e in events:
+        # XLA's CPU runtime names its op events after the HLO instruction; the Python side's
+        # events (TraceMe annotations such as "PjitFunction") carry no hlo_op argument.
+        if e.get("ph") == "X" and "hlo_op" in e.get("args", {}):
+            totals[e["name"]] += e["dur"]
+            first, last = min(first, e["ts"]), max(last, e["ts"] + e["dur"])
+    return totals, last - first
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    _timing.pin_threads(args.threads)
+    import jax
+    import numpy as np
+
+    import jaxdl as dl
+
+    inputs, target = model_bench.make_batch(args.model, args.size, args.batch,
+                                            np.random.default_rng(0))
+    step = model_bench.build_steps(args.model, inputs, target, inductor=False)["jaxdl"]
+    for _ in range(3):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    wall_ms = 1e3 * (time.perf_counter() - start) / args.steps
+    with tempfile.TemporaryDirectory() as tmp:
+        with jax.profiler.trace(tmp, create_perfetto_trace=True):
+            for _ in range(args.steps):
+                step()
+        totals, span = op_times(Path(tmp))
+    busy = sum(totals.values())
+    print(f"{args.model} @ {args.size}, batch {args.batch}, {args.threads} thread(s): "
+          f"{wall_ms:.1f} ms a step untraced; ops sum to {busy / 1e3 / args.steps:.1f} ms a "
+          f"step ({span / 1e3 / args.steps:.1f} ms span)")
+    kinds = collections.Counter()
+    for name, us in totals.items():
+        kinds[name.split(".")[0]] += us
+    print(f"{'ms/step':>8} {'share':>6}  op kind (the name without its .N)")
+    for kind, us in kinds.most_common(args.top):
+        print(f"{us / 1e3 / args.steps:8.2f} {us / busy:6.1%}  {kind}")
+    print(f"\n{'ms/step':>8} {'share':>6}  op")
+    for name, us in totals.most_common(args.top):
+        print(f"{us / 1e3 / args.steps:8.2f} {us / busy:6.1%}  {name}")
+    chosen = collections.Counter(str(c) for c in dl.backends.cpu.choices())
+    if chosen:
+        print("\nconvolution lowerings (dl.backends.cpu.choices()):")
+        for what, n in chosen.most_common():
+            print(f"{n:4d} x {what}")
+
+
+if __name__ == "__main__":
+    main()
