@@ -5,13 +5,13 @@
 
 One step = forward, loss (cross-entropy; BCE-with-logits for ncf), backward, SGD with
 momentum 0.9. Both sides start from the torch twin's weights and see the same batch.
-Each thread count runs in its own worker process (XLA's thread count is fixed when jax
-starts; `torch.set_num_threads` on the torch side). Per configuration: the first step
-of each side is timed alone (compile time for jaxdl and torch.compile), then both sides
-step in turn until a round faults no fresh memory in (at most `WARMUP_ROUNDS`), then `--rounds`
-interleaved rounds of `--steps` steps each, or more where a round would be shorter than
-`--min-round-seconds` (the order alternates every round); the figure is the median over
-rounds of the mean step time.
+Each model runs at each thread count in its own worker process (XLA's thread count is
+fixed when jax starts; `torch.set_num_threads` on the torch side; see `run_worker`). Per
+configuration: the first step of each side is timed alone (compile time for jaxdl and
+torch.compile), then both sides step in turn until a round faults no fresh memory in (at
+most `WARMUP_ROUNDS`), then `--rounds` interleaved rounds of `--steps` steps each, or more
+where a round would be shorter than `--min-round-seconds` (the order alternates every
+round); the figure is the median over rounds of the mean step time.
 
 torch.compile (inductor) is a third column for the configurations in `INDUCTOR`
 (`--inductor all|none|default`): on this 2-core machine inductor needs minutes for a
@@ -19,9 +19,8 @@ CNN's training graph, so the default keeps it to the small models.
 
 Writes benchmarks/results/models.json and models.png, and prints the README table.
 Bounded runtime: every configuration stops its timed rounds after `--max-seconds`
-(at least 3 rounds); compile (first step) time is not bounded. The whole default set was
-not timed on an idle machine yet; on the shared machine one CNN configuration took
-30-60 s of wall time, mostly its first step.
+(at least 3 rounds); compile (first step) time is not bounded. The default set took 10 min
+on an AMD EPYC Zen 5 VM and 31 min on an AMD EPYC (family 23) one (2026-12-01).
 """
 
 import argparse
@@ -251,6 +250,24 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
+def run_worker(args, threads, name):
+    """One model at one thread count in a fresh process, as a user runs one model. In one
+    process for all models, the 0.4 ms mlp step took 0.9 ms after GoogLeNet and GPT had run
+    (and torch's 1.0 ms stayed): the big models' steps leave the retained heap fragmented
+    (jaxdl/_heap.py; 2026-12-01)."""
+    part = Path(args.out).with_suffix(f".{name}.t{threads}.part")
+    cmd = [sys.executable, __file__, "--worker", "--threads", str(threads), "--out", str(part),
+           "--models", name, "--sizes", ",".join(map(str, args.sizes)),
+           "--rounds", str(args.rounds), "--steps", str(args.steps),
+           "--max-seconds", str(args.max_seconds),
+           "--min-round-seconds", str(args.min_round_seconds),
+           "--inductor", args.inductor] + (["--heavy"] if args.heavy else [])
+    subprocess.run(cmd, check=True)
+    rows = json.loads(part.read_text())
+    part.unlink()
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=lambda s: s.split(","), default=None,
@@ -271,18 +288,12 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    from jaxdl import models as zoo
+
     rows, start = [], time.perf_counter()
     for threads in args.threads:
-        part = Path(args.out).with_suffix(f".t{threads}.part")
-        cmd = [sys.executable, __file__, "--worker", "--threads", str(threads), "--out", str(part),
-               "--sizes", ",".join(map(str, args.sizes)), "--rounds", str(args.rounds),
-               "--steps", str(args.steps), "--max-seconds", str(args.max_seconds),
-               "--min-round-seconds", str(args.min_round_seconds),
-               "--inductor", args.inductor] + (["--models", ",".join(args.models)] if args.models
-                                              else []) + (["--heavy"] if args.heavy else [])
-        subprocess.run(cmd, check=True)
-        rows += json.loads(part.read_text())
-        part.unlink()
+        for name in args.models or zoo.list_models():
+            rows += run_worker(args, threads, name)
     ratios = [r["speedup_vs_torch"] for r in rows if "error" not in r]
     geomean = statistics.geometric_mean(ratios) if ratios else None
     payload = {**_timing.machine(), "seconds": round(time.perf_counter() - start),
