@@ -76,13 +76,20 @@ def check_against_torch(torch_model, model, inputs, rng):
 
 
 def train_in_step(torch_model, model, inputs, make_inputs, rng, steps=20, lr=0.05):
-    """SGD with momentum on the same batches; losses and final weights must agree."""
+    """SGD with momentum on the same batches; losses and final weights must agree.
+
+    Judged against torch trained in float64 on the same batches: within 1e-4, or three times
+    torch float32's own distance from it where that is larger. Twenty steps of a small
+    train-mode BatchNorm (batch 2) amplify rounding: on one CPU torch's float32 stem weight
+    ended 1.3e-4 from jaxdl's, both about as far from float64's."""
     torch_model.train()
     model.train()
     with torch.no_grad():
         target_shape = joined(torch_model(*[torch.as_tensor(x) for x in inputs])).shape
     model.load_state_dict(torch_model.state_dict())  # that call moved BatchNorm statistics
+    exact = copy.deepcopy(torch_model).double()
     t_opt = torch.optim.SGD(torch_model.parameters(), lr=lr, momentum=0.9)
+    e_opt = torch.optim.SGD(exact.parameters(), lr=lr, momentum=0.9)
     opt = dl.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
     @dl.jit
@@ -91,15 +98,23 @@ def train_in_step(torch_model, model, inputs, make_inputs, rng, steps=20, lr=0.0
         opt.step(grads)
         return loss
 
+    def torch_step(module, optimizer, batch, target, dtype):
+        optimizer.zero_grad()
+        args = [torch.as_tensor(x).to(dtype) if x.dtype.kind == "f" else torch.as_tensor(x)
+                for x in batch]
+        loss = F.mse_loss(joined(module(*args)), torch.as_tensor(target).to(dtype))
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
     for i in range(steps):
         batch = make_inputs(rng)
         target = rand(rng, *target_shape)
-        t_opt.zero_grad()
-        t_loss = F.mse_loss(joined(torch_model(*[torch.as_tensor(x) for x in batch])),
-                            torch.as_tensor(target))
-        t_loss.backward()
-        t_opt.step()
+        t_loss = torch_step(torch_model, t_opt, batch, target, torch.float32)
+        e_loss = torch_step(exact, e_opt, batch, target, torch.float64)
         loss = step(model, opt, tuple(jnp.asarray(x) for x in batch), jnp.asarray(target))
-        assert_close(loss, t_loss, f"loss at step {i}", 1e-4)
+        assert_close(loss, e_loss, f"loss at step {i}", 1e-4, torch_float32=t_loss, drift=3.0)
+    final = exact.state_dict()
     for name, value in torch_model.state_dict().items():
-        assert_close(model.state_dict()[name], value, f"{name} after {steps} steps", 1e-4)
+        assert_close(model.state_dict()[name], final[name], f"{name} after {steps} steps", 1e-4,
+                     torch_float32=value, drift=3.0)
