@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl._dtypes import accumulation_dtype
-from jaxdl.nn._windows import interleave_phases, window_views
+from jaxdl.nn._windows import interleave_phases, stack_windows, window_views
 
 # Output maps with at most this many pixels (3x3) are "tiny": a matrix product over patches
 # beats XLA's convolution there (2x2 maps 50-100x). On 4x4 maps the two are within 1.3x
@@ -173,7 +173,7 @@ def _patch_columns(x, kernel, p: Plan):
     """Channels-first x (N, C, *S) -> (N, C*k*k, pixels) and the output sizes: each image's
     patch matrix, rows in the order of w (O, C, *K) flattened (channel-major)."""
     views = _padded_views(x, kernel, p)
-    stacked = jnp.stack(views, axis=2) if len(views) > 1 else views[0]
+    stacked = stack_windows(views, kernel, 2) if len(views) > 1 else views[0]
     outs = views[0].shape[2:]
     return stacked.reshape(x.shape[0], -1, math.prod(outs)), outs
 
@@ -326,8 +326,8 @@ def patches(x, kernel, stride, dilation):
     (-1, O)). One strided slice per kernel offset, stacked."""
     outs = _out_sizes(x.shape[1:-1], kernel, stride, dilation)
     views = list(window_views(x, 1, kernel, dilation, stride, outs, trail=1))
-    stacked = jnp.stack(views, axis=-2)
-    return stacked.reshape(*stacked.shape[:-2], -1)
+    stacked = stack_windows(views, kernel, x.ndim - 1)  # (N, *out, *K, C)
+    return stacked.reshape(*stacked.shape[:x.ndim - 1], -1)
 
 
 def _flat(a):

