@@ -118,7 +118,9 @@ def test_reference_models_gradients_equal_under_every_policy(name, kwargs, size,
     model.eval()
     x, y = jnp.asarray(rand(rng, 4, 3, size, size)), jnp.asarray(rng.integers(0, 5, 4))
     results = {}
-    for policy in POLICIES:
+    # GoogLeNet's backward costs ~40 s of compile per policy on 2 cores even at level 0; "conv"
+    # (a subset of what "all" saves to host) is checked on the three smaller networks.
+    for policy in (p for p in POLICIES if not (name == "googlenet" and p == "conv")):
         # The step as a pure function of arrays (what dl.grad traces), compiled at XLA's lowest
         # optimisation level: GoogLeNet's backward takes ~13 s to compile on 2 cores otherwise.
         traced = trace(_ce, (dl.memory.offload(model, policy), x, y))
