@@ -5,13 +5,14 @@
 
 One step = forward, loss (cross-entropy; BCE-with-logits for ncf), backward, SGD with
 momentum 0.9. Both sides start from the torch twin's weights and see the same batch.
-Each model runs at each thread count in its own worker process (XLA's thread count is
-fixed when jax starts; `torch.set_num_threads` on the torch side; see `run_worker`). Per
-configuration: the first step of each side is timed alone (compile time for jaxdl and
-torch.compile), then both sides step in turn until a round faults no fresh memory in (at
-most `WARMUP_ROUNDS`), then `--rounds` interleaved rounds of `--steps` steps each, or more
-where a round would be shorter than `--min-round-seconds` (the order alternates every
-round); the figure is the median over rounds of the mean step time.
+Each model runs at each input size and thread count in its own worker process (XLA's
+thread count is fixed when jax starts; `torch.set_num_threads` on the torch side; see
+`run_worker`). Per configuration: the first step of each side is timed alone (compile
+time for jaxdl and torch.compile), then both sides step in turn until a round faults no
+fresh memory in (at most `WARMUP_ROUNDS`), then `--rounds` interleaved rounds of
+`--steps` steps each, or more where a round would be shorter than `--min-round-seconds`
+(the order alternates every round); the figure is the median over rounds of the mean
+step time.
 
 torch.compile (inductor) is a third column for the configurations in `INDUCTOR`
 (`--inductor all|none|default`): on this 2-core machine inductor needs minutes for a
@@ -20,7 +21,8 @@ CNN's training graph, so the default keeps it to the small models.
 Writes benchmarks/results/models.json and models.png, and prints the README table.
 Bounded runtime: every configuration stops its timed rounds after `--max-seconds`
 (at least 3 rounds); compile (first step) time is not bounded. The default set took 10 min
-on an AMD EPYC Zen 5 VM and 31 min on an AMD EPYC (family 23) one (2026-12-01).
+on an AMD EPYC Zen 5 VM, 31 min on an AMD EPYC (family 23) one (2026-12-01) and 25 min on
+an AMD EPYC Zen 4 one (2026-12-02).
 """
 
 import argparse
@@ -250,14 +252,16 @@ def plot(rows, path):
     fig.savefig(path, dpi=120)
 
 
-def run_worker(args, threads, name):
-    """One model at one thread count in a fresh process, as a user runs one model. In one
-    process for all models, the 0.4 ms mlp step took 0.9 ms after GoogLeNet and GPT had run
-    (and torch's 1.0 ms stayed): the big models' steps leave the retained heap fragmented
-    (jaxdl/_heap.py; 2026-12-01)."""
-    part = Path(args.out).with_suffix(f".{name}.t{threads}.part")
+def run_worker(args, threads, name, size):
+    """One model at one input size and thread count in a fresh process, as a user runs one
+    model. In one process for all models, the 0.4 ms mlp step took 0.9 ms after GoogLeNet
+    and GPT had run (and torch's 1.0 ms stayed): the big models' steps leave the retained
+    heap fragmented (jaxdl/_heap.py; 2026-12-01). In one process per model, VGG-19 at 64 px
+    took 2327 and 2572 ms a step (one core) after its 32 px run, 1643 ms on its own
+    (2026-12-02, the Zen 4 EPYC)."""
+    part = Path(args.out).with_suffix(f".{name}.{size}.t{threads}.part")
     cmd = [sys.executable, __file__, "--worker", "--threads", str(threads), "--out", str(part),
-           "--models", name, "--sizes", ",".join(map(str, args.sizes)),
+           "--models", name, "--sizes", str(size),
            "--rounds", str(args.rounds), "--steps", str(args.steps),
            "--max-seconds", str(args.max_seconds),
            "--min-round-seconds", str(args.min_round_seconds),
@@ -288,12 +292,10 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    from jaxdl import models as zoo
-
     rows, start = [], time.perf_counter()
     for threads in args.threads:
-        for name in args.models or zoo.list_models():
-            rows += run_worker(args, threads, name)
+        for name, size, _ in configurations(args.models, args.sizes, args.heavy):
+            rows += run_worker(args, threads, name, size)
     ratios = [r["speedup_vs_torch"] for r in rows if "error" not in r]
     geomean = statistics.geometric_mean(ratios) if ratios else None
     payload = {**_timing.machine(), "seconds": round(time.perf_counter() - start),
