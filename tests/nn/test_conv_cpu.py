@@ -1,6 +1,8 @@
 """The CPU convolution lowerings (jaxdl/nn/_conv_cpu.py) against XLA's convolution: values
 and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,15 +51,17 @@ def _case(geometry, dtype=jnp.float32):
     return x, w, Plan(stride, padding, dilation, groups)
 
 
+def _conv_channels_last(plan, a, b):
+    """The convolution of channels-last a, whatever the plan's layout."""
+    if plan.channels_last:
+        return _conv_cpu.conv(a, b, plan)
+    return jnp.moveaxis(_conv_cpu.conv(jnp.moveaxis(a, -1, 1), b, plan), 1, -1)
+
+
 def _value_and_grads(plan, x, w):
     """Value and both gradients of the convolution of channels-last x, whatever the plan's
     layout."""
-    def conv(a, b):
-        if plan.channels_last:
-            return _conv_cpu.conv(a, b, plan)
-        return jnp.moveaxis(_conv_cpu.conv(jnp.moveaxis(a, -1, 1), b, plan), 1, -1)
-
-    y, vjp = jax.vjp(conv, x, w)
+    y, vjp = jax.vjp(functools.partial(_conv_channels_last, plan), x, w)
     cot = jnp.asarray(np.random.default_rng(1).standard_normal(y.shape), y.dtype)
     return (y, *vjp(cot))
 
@@ -204,14 +208,9 @@ def test_image_matmul_keeps_forward_mode_and_second_derivatives(geometry):
     x, w, base = _case(geometry)
     first = Plan(base.stride, base.padding, base.dilation, base.groups, *["image_matmul"] * 3,
                  channels_last=False)
-    x = jnp.moveaxis(x, -1, 1)  # channels-first, as the lowering takes it
     rng = np.random.default_rng(2)
     dx, dw = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in (x, w))
-
-    def conv(plan, a, b):
-        if plan.channels_last:
-            return jnp.moveaxis(_conv_cpu.conv(jnp.moveaxis(a, 1, -1), b, plan), -1, 1)
-        return _conv_cpu.conv(a, b, plan)
+    conv = _conv_channels_last
 
     def checks(plan):
         def loss(a, b):
