@@ -6,8 +6,16 @@ when it returns. glibc serves blocks above its mmap threshold (128 KiB, adapting
 32 MiB) with fresh pages and gives them back on free; so does every block over 64 MiB
 that a thread other than the main one asks for (it cannot fit in a thread arena's heap).
 Either way every step pays a page fault and a page of zeroing per 4 KiB it touches.
-So: one arena (the main heap, which can grow), blocks up to 1 GiB from it, and up to
-1 GiB of free memory kept at its top.
+So: one arena (the main heap, which can grow), blocks up to 1 GiB from it, and no trimming:
+free memory at the heap's top stays there. glibc trims the whole top once it exceeds the
+threshold, not the excess: with 1 GiB, VGG-16's step (a 522 MiB temporary block freed beside
+its other buffers) gave the top back and faulted 133.6k pages (522 MiB) in again every few
+steps, 1.8-1.9 s a step on one core against 1.3-1.4 s without (2026-12-02).
+
+What remains: with async dispatch, a step's temporary block is freed just after its outputs
+are ready, so the next step's block may be allocated while it is still live; the heap then
+grows by one block, a few times in a run (VGG-16 at 64 px: in 2 of the first 30 steps after
+warm-up, none with `jax_cpu_enable_async_dispatch` off).
 
 Measured 2026-12-01 on this project's 2-core machine, one core: the converted GPT of
 `benchmarks/interop.py` 54 ms a step, 39 ms with the heap kept (torch eager in the same
@@ -28,17 +36,18 @@ import sys
 _M_TRIM_THRESHOLD = -1  # mallopt parameters (malloc.h)
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-_LIMIT = 1 << 30  # blocks up to 1 GiB come from the heap, and up to 1 GiB free stays there
+_LIMIT = 1 << 30  # blocks up to 1 GiB come from the heap
+_NEVER = -1  # M_TRIM_THRESHOLD -1: never trim (mallopt(3))
 
 
 def retain_freed_memory() -> bool:
-    """One arena, and raised mmap and trim thresholds; True when they were set."""
+    """One arena, a raised mmap threshold and no trimming; True when they were set."""
     if not sys.platform.startswith("linux") or os.environ.get("JAXDL_RETAIN_HEAP") == "0":
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
         return all([libc.mallopt(_M_ARENA_MAX, 1), libc.mallopt(_M_MMAP_THRESHOLD, _LIMIT),
-                    libc.mallopt(_M_TRIM_THRESHOLD, _LIMIT)])
+                    libc.mallopt(_M_TRIM_THRESHOLD, _NEVER)])
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
 
