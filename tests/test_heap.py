@@ -8,15 +8,18 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 
+# each script's start: the process's resident size in bytes
+_PRELUDE = """import os
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+"""
+
 # the resident size given back when a touched 128 MiB array is freed after `import jaxdl`,
 # allocated by a thread other than the main one (XLA runs steps on its own threads)
 _FREED = """
 import threading
 import numpy as np
 import jaxdl
-
-def resident():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 def allocate_and_free(out):
     block = np.ones(1 << 24)
@@ -38,9 +41,6 @@ _FREED_LARGE = """
 import numpy as np
 import jaxdl
 
-def resident():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
 blocks = [np.ones(80 << 20), np.ones(80 << 20)]
 before = resident()
 del blocks
@@ -53,7 +53,7 @@ def _run(retain, script=_FREED):
     env.pop("JAXDL_RETAIN_HEAP", None)
     if not retain:
         env["JAXDL_RETAIN_HEAP"] = "0"
-    out = subprocess.run([sys.executable, "-c", "import os\n" + script], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", _PRELUDE + script], env=env, check=True,
                          capture_output=True, text=True).stdout.split()
     return out[0] == "True", float(out[1])
 
