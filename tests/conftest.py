@@ -50,6 +50,12 @@ def rng():
     return np.random.default_rng(0)
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked `slow` (30 s to 3 min each) first, so that under `pytest -n 2` none of
+    them starts last and leaves the other worker idle while it runs."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_setup(item):
     if time.time() > _DEADLINE:
         pytest.skip("the run's time budget is spent (JAXDL_TEST_DEADLINE)")

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_gpu_run_dry_run_every_part_runs_or_is_reported_missing(tmp_path):
     out = tmp_path / "gpu.json"
     proc = subprocess.run([sys.executable, "benchmarks/gpu/run.py", "--dry-run", "--cap-scale", "3",

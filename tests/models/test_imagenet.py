@@ -25,7 +25,8 @@ SMALL = [
     ("alexnet", dict(width=0.25), 64, 2),
     ("overfeat", dict(width=0.125), 79, 2),
     ("vgg11", dict(width=0.125), 32, 2),
-    ("googlenet", dict(width=0.25, aux_logits=True, dropout_aux=0.0), 32, 4),
+    pytest.param("googlenet", dict(width=0.25, aux_logits=True, dropout_aux=0.0), 32, 4,
+                 marks=pytest.mark.slow),
 ]
 
 

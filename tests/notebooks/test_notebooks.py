@@ -22,6 +22,7 @@ def test_readme_lists_every_notebook():
     assert NOTEBOOKS and not missing, f"README.md does not list {missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path):
     before = path.read_bytes()
