@@ -123,12 +123,12 @@ def test_reference_models_gradients_equal_under_every_policy(name, kwargs, size,
     # checks "all" (every residual to host) against "none"; "conv" (a subset of "all") and
     # "remat" are checked on the three smaller networks.
     for policy in (("none", "all") if name == "googlenet" else POLICIES):
-        # The step as a pure function of arrays (what dl.grad traces), compiled at XLA's lowest
-        # optimisation level: GoogLeNet's backward takes ~13 s to compile on 2 cores otherwise.
+        # The step as a pure function of arrays (what dl.grad traces), compiled at the suite's
+        # XLA level (tests/conftest.py).
         traced = trace(_ce, (dl.memory.offload(model, policy), x, y))
         train, other = ([s.values[i] for s, i in ((traced.stores[s], i) for s, i in slots)]
                         for slots in (traced.train_slots, traced.other_slots))
-        step = jax.jit(jax.grad(traced.loss), compiler_options={"xla_backend_optimization_level": 0})
+        step = jax.jit(jax.grad(traced.loss))
         results[policy] = dict(enumerate(step(train, other, [x, y])))
         _assert_same_grads(results[policy], results["none"], f"{name} {policy}")
 
