@@ -151,7 +151,7 @@ def build_steps(name, inputs, target, inductor):
     return steps
 
 
-def _minor_faults() -> int:
+def minor_faults() -> int:
     """Pages this process has faulted in so far: a change means the heap took fresh memory."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
@@ -168,13 +168,13 @@ def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
     # while it faulted 300 MB in, up to five steps after the first (2026-12-01).
     warmup_rounds, faulted = 0, True
     while faulted and warmup_rounds < WARMUP_ROUNDS:
-        faults = _minor_faults()
+        faults = minor_faults()
         for name, step in steps.items():
             start = time.perf_counter()
             step()
             warm[name] = time.perf_counter() - start
         warmup_rounds += 1
-        faulted = _minor_faults() != faults
+        faulted = minor_faults() != faults
     # Rounds of a few milliseconds measure the switch between the sides (caches, and the
     # other side's thread pool still spinning) more than the steps: a 2 ms step timed 2 at
     # a time read 0.77x torch at 2 threads, 20 at a time 1.14x (2026-12-01).
@@ -190,12 +190,12 @@ def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
     for r in range(rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
             while True:
-                faults = _minor_faults()
+                faults = minor_faults()
                 start = time.perf_counter()
                 for _ in range(per_round):
                     steps[name]()
                 seconds = time.perf_counter() - start
-                grew = _minor_faults() != faults
+                grew = minor_faults() != faults
                 if not grew or sum(retaken.values()) >= MAX_RETAKES:
                     break
                 retaken[name] += 1

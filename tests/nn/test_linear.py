@@ -2,6 +2,7 @@
 against PyTorch."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -13,8 +14,10 @@ from functional_oracle import check_functional
 from jax.test_util import check_grads
 from torch_twin import check_twin, pair, rand
 
+import jaxdl as dl
 import jaxdl.nn.functional as F
 from jaxdl import nn
+from jaxdl.nn import _linear
 
 
 def test_linear_bilinear_shape_layers(rng):
@@ -30,9 +33,10 @@ def test_linear_bilinear_shape_layers(rng):
     assert w.shape == (7, 4, 3) and np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
 
 
-# Row counts that take each form of F.linear's products (_linear._times_transposed and
-# _rows_tangent): one row, two rows (matrix-vector products), few rows (the input gradient
-# as (W^T dy^T)^T), many rows (autodiff's forms).
+# Row counts that take each form of F.linear's products (_linear._times_transposed,
+# _rows_tangent and _weight_tangent): one row, two rows (matrix-vector products), few rows
+# (the input gradient as (W^T dy^T)^T, the weight gradient as a sum of outer products), many
+# rows (autodiff's forms).
 ROWS = [1, 2, 8, 100]
 
 
@@ -71,6 +75,23 @@ def test_linear_gradients_under_vmap_and_jit(rows, rng):
         plain = jax.vmap(jax.grad(lambda w, x: loss(w, x, lambda x, w: x @ w.T)), axes)(*args)
         np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-5)
 
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_few_rows_weight_gradient_is_fused_into_the_update(rows, rng):
+    # Up to _OUTER_ROWS rows the weight gradient is a sum of outer products, which XLA
+    # computes inside the update's loop: no matrix product writes the (64, 32) gradient out.
+    w, x = jnp.asarray(rand(rng, 64, 32)), jnp.asarray(rand(rng, rows, 32))
+
+    def sgd(w, x):
+        return w - 0.1 * jax.grad(lambda w: jnp.sum(jnp.tanh(F.linear(x, w))))(w)
+
+    text = jax.jit(sgd, compiler_options=dl.xla_compiler_options()).lower(w, x).compile().as_text()
+    weight_sized = [line for line in text.splitlines() if re.search(r"= f32\[(64,32|32,64)\]", line)]
+    products = [line for line in weight_sized if " dot(" in line or "kind=kCustom" in line]
+    assert (products == []) == (rows <= _linear._OUTER_ROWS), products
+    np.testing.assert_allclose(jax.jit(sgd)(w, x), w - 0.1 * jax.grad(
+        lambda w: jnp.sum(jnp.tanh(x @ w.T)))(w), rtol=1e-5, atol=1e-6)
 
 OFFS = np.array([2, 5, 8], np.int32)
 
