@@ -118,7 +118,7 @@ def _weight_tangent(rows, d_weight):
     VGG-16's step at 32 px (16 rows) took 1182 ms instead of 904. Otherwise the product,
     with the narrower of (dy, x) as its left operand, as described in
     `_rows_times_weight`."""
-    if rows.shape[0] <= _OUTER_ROWS:
+    if 0 < rows.shape[0] <= _OUTER_ROWS:  # (no rows: the product, an empty one)
         acc = accumulation_dtype(rows.dtype)
         wide = jax.lax.optimization_barrier(rows.astype(acc))
         per_row = [jnp.sum(d_weight.astype(acc) * row, axis=1) for row in wide]
