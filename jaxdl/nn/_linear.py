@@ -44,12 +44,32 @@ def _linear_rows(input, weight, bias):
 _FEW_ROWS = 64
 
 
+# From 3 to `_SUMMED_ROWS` rows, a weight of at least `_SUMMED_WEIGHT` elements (beyond the
+# caches) is read by a multiply-and-sum loop instead of a matrix product on CPU (one core,
+# 2026-12-04, Intel Xeon with AVX-512, ms, product -> loop, torch's F.linear in brackets):
+# (4096, 25088) with 3 rows 90 -> 62 (26), 8 rows 100 -> 66 (75), 16 rows 111 -> 77 (73),
+# 32 rows 124 -> 99 (94); (4096, 9216) with 8 rows 45 -> 24 (29). The product's library
+# first copies the weight into its own tiled layout, which doubles the traffic; the loop
+# reads each weight row once and takes every input row against it while it is in cache.
+# Below 2^22 elements (16 MiB of float32) the two ran even.
+_SUMMED_ROWS = 32
+_SUMMED_WEIGHT = 1 << 22
+
+
 def _times_transposed(rows, weight):
     """rows W^T. Two rows run as two matrix-vector products: YNNPACK took 58 ms for a
     (2, 9216) x (4096, 9216)^T product and 26 ms for the two products W x (one row: 12 ms;
-    with three or four rows its matrix product wins again)."""
+    with three or four rows its matrix product wins again). A few more rows against a
+    large weight run as a multiply-and-sum loop on CPU (`_SUMMED_ROWS`)."""
     if rows.shape[0] == 2:
         return jnp.stack([weight @ rows[0], weight @ rows[1]])
+    if (3 <= rows.shape[0] <= _SUMMED_ROWS and weight.size >= _SUMMED_WEIGHT
+            and jax.default_backend() == "cpu"):
+        # The barrier makes XLA write the rows out once: otherwise it fuses their producer
+        # (dropout, a ReLU) into the loop and evaluates it again for every weight row.
+        acc = accumulation_dtype(rows.dtype)
+        wide = jax.lax.optimization_barrier(rows.astype(acc))
+        return jnp.sum(weight.astype(acc)[:, None, :] * wide, axis=2).T.astype(rows.dtype)
     return jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
 
 

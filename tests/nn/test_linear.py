@@ -35,21 +35,30 @@ def test_linear_bilinear_shape_layers(rng):
 
 # Row counts that take each form of F.linear's products (_linear._times_transposed,
 # _rows_tangent and _weight_tangent): one row, two rows (matrix-vector products), few rows
-# (the input gradient as (W^T dy^T)^T, the weight gradient as a sum of outer products), many
-# rows (autodiff's forms).
+# (the input gradient as (W^T dy^T)^T, the weight gradient as a sum of outer products, and
+# against a large weight the forward as a multiply-and-sum loop), many rows (autodiff's forms).
 ROWS = [1, 2, 8, 100]
+
+
+@pytest.fixture(params=["product", "summed"])
+def weight_bound(request, monkeypatch):
+    """Each test twice: as is, and with every weight counted as large, so that the small
+    weights here take the forward's multiply-and-sum loop (_linear._SUMMED_WEIGHT)."""
+    if request.param == "summed":
+        monkeypatch.setattr(_linear, "_SUMMED_WEIGHT", 0)
+    return request.param
 
 
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("in_features, out_features", [(6, 4), (3, 7)])
-def test_linear_every_row_count_matches_torch(rows, in_features, out_features, rng):
+def test_linear_every_row_count_matches_torch(rows, in_features, out_features, rng, weight_bound):
     check_twin(*pair("Linear", in_features, out_features), [rand(rng, rows, in_features)],
                modes=("train",), jit=True)
 
 
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("out_features", [2, 9])  # the weight gradient's two orientations
-def test_linear_forward_mode_and_second_derivatives(rows, out_features, rng):
+def test_linear_forward_mode_and_second_derivatives(rows, out_features, rng, weight_bound):
     # F.linear's tangent is written out (_linear._rows_times_weight): forward and reverse
     # mode and their second derivatives against finite differences, and a weight that is
     # not differentiated (a symbolic zero tangent). Small inputs keep tanh off its flat
@@ -64,7 +73,7 @@ def test_linear_forward_mode_and_second_derivatives(rows, out_features, rng):
 
 
 @pytest.mark.parametrize("rows", ROWS)
-def test_linear_gradients_under_vmap_and_jit(rows, rng):
+def test_linear_gradients_under_vmap_and_jit(rows, rng, weight_bound):
     # the written-out tangent's transposed weight term, batched: an ensemble of weights
     # and per-example gradients, compiled, against autodiff of x @ w.T
     x = jnp.asarray(rand(rng, 4, rows, 2))
@@ -92,6 +101,24 @@ def test_few_rows_weight_gradient_is_fused_into_the_update(rows, rng):
     assert (products == []) == (rows <= _linear._OUTER_ROWS), products
     np.testing.assert_allclose(jax.jit(sgd)(w, x), w - 0.1 * jax.grad(
         lambda w: jnp.sum(jnp.tanh(x @ w.T)))(w), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows, summed", [(2, False), (3, True), (32, True), (33, False)])
+def test_few_rows_against_a_large_weight_are_summed_in_a_loop(rows, summed, rng):
+    # From 3 to 32 rows against a weight of 2^22 elements or more, the forward on CPU is a
+    # multiply-and-sum loop (a reduce, which XLA hands to YNNPACK with the multiply fused in),
+    # not a matrix product; torch's Linear is the oracle for values and gradients.
+    t_lin, j_lin = pair("Linear", 2048, 2048, bias=False)
+    check_twin(t_lin, j_lin, [rand(rng, rows, 2048)], modes=("train",), jit=True)
+    w, x = jnp.asarray(rand(rng, 2048, 2048)), jnp.asarray(rand(rng, rows, 2048))
+    text = jax.jit(F.linear, compiler_options=dl.xla_compiler_options()).lower(x, w).compile().as_text()
+    products = [line for line in text.splitlines() if " dot(" in line]
+    assert (products == []) == summed, products
+    # bfloat16 in, bfloat16 out, summed in float32 as the product accumulates
+    half = F.linear(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+    assert half.dtype == jnp.bfloat16
+    exact = np.asarray(x.astype(jnp.bfloat16), np.float64) @ np.asarray(w.astype(jnp.bfloat16), np.float64).T
+    np.testing.assert_allclose(np.asarray(half, np.float64), exact, rtol=2e-2, atol=0.1)
 
 OFFS = np.array([2, 5, 8], np.int32)
 
