@@ -48,9 +48,9 @@ _FEW_ROWS = 64
 # caches) is read by a multiply-and-sum loop instead of a matrix product on CPU (one core,
 # 2026-12-04, Intel Xeon with AVX-512, ms, product -> loop, torch's F.linear in brackets):
 # (4096, 25088) with 3 rows 90 -> 62 (26), 8 rows 100 -> 66 (75), 16 rows 111 -> 77 (73),
-# 32 rows 124 -> 99 (94); (4096, 9216) with 8 rows 45 -> 24 (29). The product's library
-# first copies the weight into its own tiled layout, which doubles the traffic; the loop
-# reads each weight row once and takes every input row against it while it is in cache.
+# 32 rows 124 -> 99 (94); (4096, 9216) with 8 rows 45 -> 24 (29). A plain sum of that
+# (4096, 25088) weight takes 28 ms, so the product reads it at a third of the memory's
+# speed; the loop takes every input row against a weight row while that row is in cache.
 # Below 2^22 elements (16 MiB of float32) the two ran even.
 _SUMMED_ROWS = 32
 _SUMMED_WEIGHT = 1 << 22
