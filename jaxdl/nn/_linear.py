@@ -44,6 +44,19 @@ def _linear_rows(input, weight, bias):
 _FEW_ROWS = 64
 
 
+def _materialised(rows):
+    """rows, computed once and written out, for loops over a weight that read them.
+
+    XLA fuses a cheap producer into each loop that consumes it, and a loop over a weight
+    then runs it again for every weight row: AlexNet's dropout (a hash of the element
+    index) was evaluated 4096 times per input element inside the classifier's update,
+    which took 28 ms where the update alone takes about 14 (2 rows, 224 px, one core). An
+    optimization barrier did not stop it (XLA's CPU pipeline removes barriers before it
+    fuses). A sum does: XLA hands sums to YNNPACK, which reads its inputs from memory. And
+    x + (-0.0) is x for every x, signed zeros and NaNs included."""
+    return jnp.sum(jnp.stack([rows, jnp.full_like(rows, -0.0)]), axis=0)
+
+
 # From 3 to `_SUMMED_ROWS` rows, a weight of at least `_SUMMED_WEIGHT` elements (beyond the
 # caches) is read by a multiply-and-sum loop instead of a matrix product on CPU (one core,
 # 2026-12-04, Intel Xeon with AVX-512, ms, product -> loop, torch's F.linear in brackets):
@@ -65,10 +78,8 @@ def _times_transposed(rows, weight):
         return jnp.stack([weight @ rows[0], weight @ rows[1]])
     if (3 <= rows.shape[0] <= _SUMMED_ROWS and weight.size >= _SUMMED_WEIGHT
             and jax.default_backend() == "cpu"):
-        # The barrier makes XLA write the rows out once: otherwise it fuses their producer
-        # (dropout, a ReLU) into the loop and evaluates it again for every weight row.
         acc = accumulation_dtype(rows.dtype)
-        wide = jax.lax.optimization_barrier(rows.astype(acc))
+        wide = _materialised(rows.astype(acc))
         return jnp.sum(weight.astype(acc)[:, None, :] * wide, axis=2).T.astype(rows.dtype)
     return jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
 
@@ -132,15 +143,15 @@ def _weight_tangent(rows, d_weight):
     of outer products dy[n] x[n]^T: an elementwise loop, which XLA fuses into the
     optimizer's update of the weight (read and written there anyway), where a matrix
     product writes the whole gradient out for the update to read back. (Accumulated in
-    float32 for half-precision inputs, as the product would be.) The two barriers make XLA
-    write x and dy out once: without them it fused their producers (VGG's dropout and ReLU
-    gradient) into the loop and evaluated them again for every element of the weight, and
-    VGG-16's step at 32 px (16 rows) took 1182 ms instead of 904. Otherwise the product,
+    float32 for half-precision inputs, as the product would be.) x is `_materialised` and dy
+    passes a barrier, so that their producers (dropout, the ReLU gradient) are not evaluated
+    again for every element of the weight: without the barriers VGG-16's step at 32 px (16
+    rows) took 1182 ms instead of 904. Otherwise the product,
     with the narrower of (dy, x) as its left operand, as described in
     `_rows_times_weight`."""
     if 0 < rows.shape[0] <= _OUTER_ROWS:  # (no rows: the product, an empty one)
         acc = accumulation_dtype(rows.dtype)
-        wide = jax.lax.optimization_barrier(rows.astype(acc))
+        wide = _materialised(rows.astype(acc))
         per_row = [jnp.sum(d_weight.astype(acc) * row, axis=1) for row in wide]
         return jax.lax.optimization_barrier(jnp.stack(per_row)).astype(rows.dtype)
     if d_weight.shape[0] > d_weight.shape[1]:

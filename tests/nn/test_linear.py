@@ -103,6 +103,27 @@ def test_few_rows_weight_gradient_is_fused_into_the_update(rows, rng):
         lambda w: jnp.sum(jnp.tanh(x @ w.T)))(w), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [2, 8])
+def test_few_rows_weight_gradient_loop_reads_dropout_from_memory(rows, rng):
+    # The outer products' loop runs over the whole weight; the dropout before the layer (a
+    # hash of the element index) must be computed once, not fused into that loop and run
+    # again for every weight row (_linear._materialised). The weight here is (64, 32).
+    w, p = jnp.asarray(rand(rng, 64, 32)), jnp.asarray(rand(rng, rows, 32))
+
+    def sgd(w, p, key):
+        x = F.dropout(p, 0.5, key=key)
+        return w - 0.1 * jax.grad(lambda w: jnp.sum(jnp.tanh(F.linear(x, w))))(w)
+
+    key = jax.random.key(3)
+    text = jax.jit(sgd, compiler_options=dl.xla_compiler_options()).lower(w, p, key).compile().as_text()
+    fused = re.findall(r"^%fused.*?^}", text, re.M | re.S)
+    weight_loops = [body for body in fused if "f32[64,32]" in body]
+    assert weight_loops and not [body for body in weight_loops if " xor(" in body]
+    x = F.dropout(p, 0.5, key=key)
+    np.testing.assert_allclose(jax.jit(sgd)(w, p, key), w - 0.1 * jax.grad(
+        lambda w: jnp.sum(jnp.tanh(x @ w.T)))(w), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("rows, summed", [(2, False), (3, True), (32, True), (33, False)])
 def test_few_rows_against_a_large_weight_are_summed_in_a_loop(rows, summed, rng):
     # From 3 to 32 rows against a weight of 2^22 elements or more, the forward on CPU is a
