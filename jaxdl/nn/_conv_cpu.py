@@ -70,7 +70,14 @@ _FEW_ROWS = 128
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
 _IMAGE_PIXELS = 196
-# 1x1 layers on smaller maps take one product over all images once C*O reaches this.
+# A 1x1 layer on a map of fewer than _FOLDED_PIXELS (28x28) takes one product over all
+# images ("matmul") once C*O reaches _MATMUL_WEIGHTS. On maps of 14x14 to 27x27 per-image
+# products would also run, but their weight gradient contracts only a map's pixels, and on
+# two cores YNNPACK ran such a batched product slower than on one: ResNet-50's 1024 -> 256
+# layer at 14x14, batch 2, forward+backward 6.2 / 5.4 ms (one core / two) against
+# 4.5 / 2.6 ms as one product; its step at 224 px on two cores 499 -> 464 and 499 -> 471 ms
+# (docs/design.md, "Small maps: one product over all images").
+_FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
 # Kernels up to 7x7 (ResNet's stem) may take "image_matmul": alone, a 7x7 stem ran at
 # 0.7-1.3x XLA's time, but in a model XLA's NHWC output is transposed back inside
@@ -117,10 +124,11 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         return geometry
     pixels, taps = math.prod(outs), math.prod(kernel)
     rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
+    if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
+            and rows * w_shape[0] >= _MATMUL_WEIGHTS):
+        return _channels_first(geometry, "matmul")
     if taps == 1 and pixels >= _IMAGE_PIXELS:
         return _channels_first(geometry, "image_matmul")
-    if taps == 1 and pixels > _TINY_MAP and rows * w_shape[0] >= _MATMUL_WEIGHTS:
-        return _channels_first(geometry, "matmul")
     if (1 < taps <= _IMAGE_TAPS and pixels >= max(_IMAGE_PIXELS, rows / 2)
             and x_shape[0] * rows * pixels <= _PATCH_ELEMENTS):
         return _channels_first(geometry, "image_matmul")

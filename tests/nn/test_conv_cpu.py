@@ -123,6 +123,9 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     # 1x1: per-image products from 14x14 maps, one product for small maps with many weights
     assert lowerings((2, 56, 56, 64), (256, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
     assert lowerings((2, 14, 14, 64), (64, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
+    assert lowerings((2, 14, 14, 1024), (256, 1024, 1, 1)) == ("matmul",) * 3 + (False,)
+    assert lowerings((2, 28, 28, 512), (1024, 512, 1, 1), stride=(2, 2))[0] == "matmul"
+    assert lowerings((2, 28, 28, 1024), (256, 1024, 1, 1))[0] == "image_matmul"
     assert lowerings((2, 7, 7, 2048), (512, 2048, 1, 1)) == ("matmul",) * 3 + (False,)
     assert lowerings((8, 8, 8, 32), (192, 32, 1, 1)) == ("xla",) * 3 + (True,)
     # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
