@@ -27,8 +27,9 @@ a strided one. The same layers written without a convolution op are fast:
   around an isolated layer cost as much as a 1x1 convolution) on large maps. Its
   product has a custom JVP that gives each pass its faster product form.
 - "matmul": channels-first, 1x1 kernels only: one product over all images at once,
-  (O, C) x (C, N*pixels), then one transpose of the output; for small maps with many
-  channels, where per-image products are too small to run fast.
+  (O, C) x (C, N*pixels), then one transpose of the output; for maps under 28x28 with
+  many channels, where per-image products run slowly (their weight gradient contracts
+  only a map's pixels).
 
 `plan` picks one lowering for the forward pass, one for the input gradient and one
 for the weight gradient, by a rule read off a table measured on this project's
