@@ -75,9 +75,10 @@ _IMAGE_PIXELS = 196
 # images ("matmul") once C*O reaches _MATMUL_WEIGHTS. On maps of 14x14 to 27x27 per-image
 # products would also run, but their weight gradient contracts only a map's pixels, and on
 # two cores YNNPACK ran such a batched product slower than on one: ResNet-50's 1024 -> 256
-# layer at 14x14, batch 2, forward+backward 6.2 / 5.4 ms (one core / two) against
-# 4.5 / 2.6 ms as one product; its step at 224 px on two cores 499 -> 464 and 499 -> 471 ms
-# (docs/design.md, "Small maps: one product over all images").
+# layer at 14x14, batch 2, forward+backward 10.4 / 10.2 ms (one core / two) against
+# 7.5 / 3.9 ms as one product (torch 7.3 / 4.3); its step at 224 px on two cores 499 -> 464
+# and 499 -> 471 ms. With fewer weights one product lost on one core (docs/design.md,
+# "Small maps: one product over all images").
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
 # Kernels up to 7x7 (ResNet's stem) may take "image_matmul": alone, a 7x7 stem ran at
