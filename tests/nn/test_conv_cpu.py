@@ -120,7 +120,7 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
         return p.forward, p.input_grad, p.weight_grad, p.channels_last
 
     assert lowerings((16, 16, 16, 144), (144, 1, 3, 3), groups=144) == ("shifts",) * 3 + (False,)
-    # 1x1: per-image products from 14x14 maps, one product for small maps with many weights
+    # 1x1: per-image products from 14x14 maps, one product below 28x28 with many weights
     assert lowerings((2, 56, 56, 64), (256, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
     assert lowerings((2, 14, 14, 64), (64, 64, 1, 1)) == ("image_matmul",) * 3 + (False,)
     assert lowerings((2, 14, 14, 1024), (256, 1024, 1, 1)) == ("matmul",) * 3 + (False,)
