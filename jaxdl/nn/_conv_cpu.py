@@ -28,8 +28,9 @@ a strided one. The same layers written without a convolution op are fast:
   product has a custom JVP that gives each pass its faster product form.
 - "matmul": channels-first, 1x1 kernels only: one product over all images at once,
   (O, C) x (C, N*pixels), then one transpose of the output; for maps under 28x28 with
-  many channels, where per-image products run slowly (their weight gradient contracts
-  only a map's pixels).
+  many channels, where per-image products run slowly (below 14x14 the products are too
+  small; on 14x14-27x27 maps summing their weight gradients over the images is slow on
+  two cores).
 
 `plan` picks one lowering for the forward pass, one for the input gradient and one
 for the weight gradient, by a rule read off a table measured on this project's
@@ -73,8 +74,9 @@ _FEW_ROWS = 128
 _IMAGE_PIXELS = 196
 # A 1x1 layer on a map of fewer than _FOLDED_PIXELS (28x28) takes one product over all
 # images ("matmul") once C*O reaches _MATMUL_WEIGHTS. On maps of 14x14 to 27x27 per-image
-# products would also run, but their weight gradient contracts only a map's pixels, and on
-# two cores YNNPACK ran such a batched product slower than on one: ResNet-50's 1024 -> 256
+# products would also run, but their weight gradients, one (C, O) block per image, are then
+# summed over the images by a YNNPACK reduce that ran slower on two cores than on one
+# (a (2, 1024, 256) sum: 0.2 ms on one core, 2.9 ms on two). ResNet-50's 1024 -> 256
 # layer at 14x14, batch 2, forward+backward 10.4 / 10.2 ms (one core / two) against
 # 7.5 / 3.9 ms as one product (torch 7.3 / 4.3); its step at 224 px on two cores 499 -> 464
 # and 499 -> 471 ms. With fewer weights one product lost on one core (docs/design.md,
