@@ -159,7 +159,8 @@ def test_grad_argnums_tuple_and_matches_torch():
     tx = torch.from_numpy(x).requires_grad_(True)
     (torch_model(tx) ** 2).sum().backward()
     grads_model, grads_x = dl.grad(lambda m, x: jnp.sum(m(x) ** 2), argnums=(0, 1))(model, jnp.asarray(x))
-    np.testing.assert_allclose(np.asarray(grads_model["weight"]), torch_model.weight.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads_model["weight"]), torch_model.weight.grad.numpy(), rtol=1e-5,
+                               atol=1e-6)
     np.testing.assert_allclose(np.asarray(grads_model["bias"]), torch_model.bias.grad.numpy(), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(grads_x), tx.grad.numpy(), rtol=1e-5)
 
