@@ -50,6 +50,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +84,14 @@ _IMAGE_PIXELS = 196
 # "Small maps: one product over all images").
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
+# On more than one core, a per-image weight gradient with at least this many elements (C*k*k
+# x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
+# over the leading axis, which ran up to 30x slower on two cores than on one: (2, 1024, 256)
+# 0.12 ms on one core, 2.7 ms on two; adds of slices 0.06 / 0.08 ms. Below it the reduce
+# was faster ((8, 256, 64): 0.43 against 0.77 ms for the whole weight gradient). On one core
+# the reduce stays: its product form (columns times dy) ran up to 22% faster there
+# (docs/design.md, "The sum over images").
+_SLICED_SUM_WEIGHTS = 2 ** 15
 # Kernels up to 7x7 (ResNet's stem) may take "image_matmul": alone, a 7x7 stem ran at
 # 0.7-1.3x XLA's time, but in a model XLA's NHWC output is transposed back inside
 # BatchNorm's fused loops, which runs slowly (ResNet-18 at 224 px: 423 -> 398 ms a step).
@@ -195,10 +204,8 @@ def _patch_columns(x, kernel, p: Plan):
 def _image_matmul(x, w, p: Plan):
     columns, outs = _patch_columns(x, w.shape[2:], p)
     weights = w.reshape(w.shape[0], -1)  # (O, C*k*k)
-    if weights.shape[1] >= weights.shape[0]:
-        y = _per_image_product(weights, columns)
-    else:  # 1x1 expanding layers (MobileNet's): see _per_image_product_jvp
-        y = _weights_times_columns(weights, columns, transposed=False)
+    # 1x1 expanding layers (MobileNet's) keep the plain form: see _per_image_product_jvp
+    y = _per_image_product(weights, columns, weights.shape[1] >= weights.shape[0])
     return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
 
 
@@ -215,13 +222,13 @@ def _weights_times_columns(w, columns, transposed: bool):
                                preferred_element_type=accumulation_dtype(columns.dtype))
 
 
-@jax.custom_jvp
-def _per_image_product(w, columns):
-    return _weights_times_columns(w, columns, transposed=True)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _per_image_product(w, columns, transposed: bool):
+    return _weights_times_columns(w, columns, transposed)
 
 
 @functools.partial(_per_image_product.defjvp, symbolic_zeros=True)
-def _per_image_product_jvp(primals, tangents):
+def _per_image_product_jvp(transposed, primals, tangents):
     """The tangent is written so that reverse mode's transposes take the faster form for
     each pass. Measured per pass, (64,576)x(576,3136) per image (ResNet's 3x3 layers at
     56x56), one EPYC Zen 4 core (docs/design.md): with the weights transposed the forward
@@ -230,16 +237,37 @@ def _per_image_product_jvp(primals, tangents):
     are at least the output channels: on MobileNet's 1x1 expanding layers (16 -> 96 at
     112x112) it took twice the time, so those keep the plain product throughout. A JVP
     rather than a custom VJP keeps forward mode and higher derivatives. Symbolic zeros: no
-    product for the data's zero tangent (a first layer)."""
+    product for the data's zero tangent (a first layer). The weight's term is
+    _weight_tangent's: how its transpose sums over the images depends on the core count."""
     w, columns = primals
     dw, dcolumns = tangents
-    y = _weights_times_columns(w, columns, transposed=True)
+    y = _weights_times_columns(w, columns, transposed)
     terms = []
     if type(dcolumns) is not SymbolicZero:
         terms.append(_weights_times_columns(w, dcolumns, transposed=False))
     if type(dw) is not SymbolicZero:
-        terms.append(_weights_times_columns(dw, columns, transposed=True))
+        terms.append(_weight_tangent(dw, columns, transposed))
     return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
+
+
+def _weight_tangent(dw, columns, transposed: bool):
+    """dw (O, K) times each image's columns, written so that reverse mode's sum of the
+    per-image weight gradients over the images is fast. The weights broadcast over images
+    transpose to a reduce over the leading axis, which XLA hands to YNNPACK; on more than
+    one core that reduce is slow for a large (O, K) (_SLICED_SUM_WEIGHTS), so there the
+    weights are stacked, one copy per image, whose transpose is adds of slices. Those are
+    in (O, K) order, as w is: the transposed form's (K, O) slices would be added and
+    transposed in one loop that reads every slice across its rows, slower than the reduce."""
+    if dw.size < _SLICED_SUM_WEIGHTS or _cores() == 1:
+        return _weights_times_columns(dw, columns, transposed)
+    stacked = jnp.stack([dw] * columns.shape[0])
+    return jax.lax.dot_general(stacked, columns, (((2,), (1,)), ((0,), (0,))),
+                               preferred_element_type=accumulation_dtype(columns.dtype))
+
+
+def _cores() -> int:
+    """The cores this process may run on: XLA's CPU client sizes its thread pool by them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _matmul(x, w, p: Plan):
