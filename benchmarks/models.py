@@ -23,7 +23,7 @@ Writes benchmarks/results/models.json and models.png, and prints the README tabl
 Bounded runtime: every configuration stops its timed rounds after `--max-seconds`
 (at least 3 rounds); compile (first step) time is not bounded. The default set took 10 min
 on an AMD EPYC Zen 5 VM, 31 min on an AMD EPYC (family 23) one (2026-12-01) and 25 min on
-an AMD EPYC Zen 4 one (2026-12-02; 21 min on 2026-12-05).
+an AMD EPYC Zen 4 one (2026-12-02; 18-21 min on 2026-12-05).
 """
 
 import argparse

@@ -209,16 +209,17 @@ def _image_matmul(x, w, p: Plan):
     return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
 
 
-def _weights_times_columns(w, columns, transposed: bool):
+def _weights_times_columns(w, columns, transposed: bool, copies: bool = False):
     """(O, K) weights times each image's (K, P) columns -> (N, O, P), channels-first. The
     weights broadcast over images, so that the image is a batch axis of the product (the
-    broadcast's gradient is a sum over images). `transposed` passes them as (K, O): XLA's
-    CPU backend runs a product whose left operand contracts its minor axis in YNNPACK and
-    the other form in Eigen, and the two forms' speeds differ per pass (below)."""
+    broadcast's gradient is a sum over images); `copies` stacks one copy per image instead,
+    whose gradient is adds of slices (_weight_tangent). `transposed` passes them as (K, O):
+    XLA's CPU backend runs a product whose left operand contracts its minor axis in YNNPACK
+    and the other form in Eigen, and the two forms' speeds differ per pass (below)."""
     n = columns.shape[0]
     lhs, contract = (w.T, 1) if transposed else (w, 2)
-    return jax.lax.dot_general(jnp.broadcast_to(lhs, (n, *lhs.shape)), columns,
-                               (((contract,), (1,)), ((0,), (0,))),
+    spread = jnp.stack([lhs] * n) if copies else jnp.broadcast_to(lhs, (n, *lhs.shape))
+    return jax.lax.dot_general(spread, columns, (((contract,), (1,)), ((0,), (0,))),
                                preferred_element_type=accumulation_dtype(columns.dtype))
 
 
@@ -260,9 +261,7 @@ def _weight_tangent(dw, columns, transposed: bool):
     transposed in one loop that reads every slice across its rows, slower than the reduce."""
     if dw.size < _SLICED_SUM_WEIGHTS or _cores() == 1:
         return _weights_times_columns(dw, columns, transposed)
-    stacked = jnp.stack([dw] * columns.shape[0])
-    return jax.lax.dot_general(stacked, columns, (((2,), (1,)), ((0,), (0,))),
-                               preferred_element_type=accumulation_dtype(columns.dtype))
+    return _weights_times_columns(dw, columns, transposed=False, copies=True)
 
 
 def _cores() -> int:

@@ -2,6 +2,7 @@
 and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -251,7 +252,7 @@ def test_weight_gradient_sums_images_by_slices_on_more_than_one_core(cores, monk
         monkeypatch.setattr(_conv_cpu, "_SLICED_SUM_WEIGHTS", threshold)
         jaxpr = str(jax.make_jaxpr(lambda b: jax.grad(
             lambda b: jnp.sum(_conv_channels_last(first, x, b) ** 2))(b))(w))
-        assert ("reduce_sum[" in jaxpr and "axes=(0,)" in jaxpr) != sliced, jaxpr
+        assert bool(re.search(r"reduce_sum\[axes=\(0,\)", jaxpr)) != sliced, jaxpr
         got = jax.jit(_value_and_grads, static_argnums=0)(first, x, w)
         for a, e in zip(got, _value_and_grads(base, x, w)):
             np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5 * float(jnp.abs(e).max()))
