@@ -69,6 +69,17 @@ _TINY_MAP = 9
 # transposed copy of its weight (OIHW to HWIO, made every step) costs; "patches" uses the
 # weight as it is: 3x3 layers on 7x7 maps at batch 2 ran 1.5-1.7x faster (docs/design.md).
 _FEW_ROWS = 128
+# On more than one core XLA's convolution scales poorly (its matrix products allocate
+# packing buffers at every call, two threads then contend for malloc's one arena (_heap.py),
+# and its patch packing took twice the core time): "patches" ran 1x1 and 3x3 layers
+# (k*k <= _FEW_TAPS) with up to this many output rows (images x pixels) 5-25% faster, two
+# cores each: ResNet-18's 256-channel 3x3 layers on 14x14 maps at batch 2 (392 rows) 11.2 ->
+# 9.3 ms (torch 7.3), VGG-16's 512-channel ones on 4x4 maps at batch 16 22.8 -> 20.3 ms.
+# At 512 rows 3x3 layers with 128 channels lost by 16% (8x8 maps at batch 8), at 1024 and
+# more all lost; on one core XLA's won at 392 rows by 4% (docs/design.md, "Two cores:
+# patches for small maps").
+_FEW_ROWS_CORES = 400
+_FEW_TAPS = 9
 # Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
@@ -145,7 +156,9 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     if (1 < taps <= _IMAGE_TAPS and pixels >= max(_IMAGE_PIXELS, rows / 2)
             and x_shape[0] * rows * pixels <= _PATCH_ELEMENTS):
         return _channels_first(geometry, "image_matmul")
-    if pixels <= _TINY_MAP or (taps > 1 and x_shape[0] * pixels <= _FEW_ROWS):
+    out_rows = x_shape[0] * pixels
+    if (pixels <= _TINY_MAP or (taps > 1 and out_rows <= _FEW_ROWS)
+            or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_CORES and _cores() > 1)):
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
     if any(s > 1 for s in stride) and x_shape[-1] >= 16:

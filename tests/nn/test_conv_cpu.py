@@ -114,7 +114,9 @@ def test_custom_vjp_lowerings_support_grad_of_grad(geometry, lowerings):
     np.testing.assert_allclose(second(split), second(base), rtol=1e-4, atol=1e-4)
 
 
-def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
+def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(monkeypatch):
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: 1)
+
     def lowerings(x_shape, w_shape, stride=(1, 1), groups=1):
         pad = (w_shape[2] // 2,) * 2
         p = _conv_cpu.plan(x_shape, w_shape, stride, (pad, pad), (1, 1), groups)
@@ -147,6 +149,26 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients():
     off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
                          choose=False)
     assert (off.forward, off.input_grad, off.weight_grad) == ("xla",) * 3
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_rule_takes_patches_for_up_to_512_output_rows_on_more_than_one_core(cores, monkeypatch):
+    """XLA's convolution scales poorly to two cores; there 1x1 and 3x3 layers with at most
+    _FEW_ROWS_CORES (400) output rows (images x pixels) take patches. One core keeps XLA's."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+
+    def forward(x_shape, w_shape, stride=(1, 1)):
+        pad = (w_shape[2] // 2,) * 2
+        return _conv_cpu.plan(x_shape, w_shape, stride, (pad, pad), (1, 1), 1).forward
+
+    two = "patches" if cores > 1 else "xla"
+    assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == two  # 392 rows
+    assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == two  # 256 rows
+    assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == "xla"  # 512 rows
+    assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == two
+    assert forward((2, 7, 7, 832), (256, 832, 1, 1)) == two
+    assert forward((2, 27, 27, 64), (192, 64, 5, 5)) == "xla"  # a 5x5 kernel
+    assert forward((2, 14, 14, 32), (64, 32, 3, 3)) == "image_matmul"  # ahead of the rule
 
 
 def test_switch_recompiles_dl_jit_and_choices_show_the_lowering(monkeypatch):
