@@ -78,7 +78,7 @@ _FEW_ROWS = 128
 # At 512 rows 3x3 layers with 128 channels lost by 16% (8x8 maps at batch 8), at 1024 and
 # more all lost; on one core XLA's won at 392 rows by 4% (docs/design.md, "Two cores:
 # patches for small maps").
-_FEW_ROWS_CORES = 400
+_FEW_ROWS_MULTICORE = 400
 _FEW_TAPS = 9
 # Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
@@ -158,7 +158,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         return _channels_first(geometry, "image_matmul")
     out_rows = x_shape[0] * pixels
     if (pixels <= _TINY_MAP or (taps > 1 and out_rows <= _FEW_ROWS)
-            or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_CORES and _cores() > 1)):
+            or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_MULTICORE and _cores() > 1)):
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
     if any(s > 1 for s in stride) and x_shape[-1] >= 16:

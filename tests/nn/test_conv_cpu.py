@@ -154,7 +154,7 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
 @pytest.mark.parametrize("cores", [1, 2])
 def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, monkeypatch):
     """XLA's convolution scales poorly to two cores; there 1x1 and 3x3 layers with at most
-    _FEW_ROWS_CORES (400) output rows (images x pixels) take patches. One core keeps XLA's."""
+    _FEW_ROWS_MULTICORE (400) output rows (images x pixels) take patches. One core keeps XLA's."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
 
     def forward(x_shape, w_shape, stride=(1, 1)):
