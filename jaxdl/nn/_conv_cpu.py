@@ -72,7 +72,7 @@ _FEW_ROWS = 128
 # On more than one core XLA's convolution scales poorly (its matrix products allocate
 # packing buffers at every call, two threads then contend for malloc's one arena (_heap.py),
 # and its patch packing took twice the core time): "patches" ran 1x1 and 3x3 layers
-# (k*k <= _FEW_TAPS) with up to this many output rows (images x pixels) 5-25% faster, two
+# (k*k <= _FEW_TAPS) with up to this many output rows (images x pixels) 3-30% faster, two
 # cores each: ResNet-18's 256-channel 3x3 layers on 14x14 maps at batch 2 (392 rows) 11.2 ->
 # 9.3 ms (torch 7.3), VGG-16's 512-channel ones on 4x4 maps at batch 16 22.8 -> 20.3 ms.
 # At 512 rows 3x3 layers with 128 channels lost by 16% (8x8 maps at batch 8), at 1024 and
