@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as TF
 
 import jaxdl.nn.functional as F
+from jaxdl.nn import _max_pool
 
 CASES = [  # (input shape, max_pool kwargs)
     ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1)),
@@ -60,6 +61,28 @@ def test_bf16_gradient_under_jit_matches_torch(rng):
         jnp.asarray(x, jnp.bfloat16), jnp.asarray(ct, jnp.bfloat16))
     assert grad.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(grad, np.float32), want_grad)
+
+
+def test_bf16_window_with_more_offsets_than_bf16_holds_matches_torch(rng):
+    # 17x17 = 289 offsets (dilated: undilated windows over 64 offsets go to reduce_window):
+    # more than bfloat16's 8 significant bits count exactly, so the winning offset is
+    # recorded as an integer (_offset_type). Rows that grow downwards put each window's
+    # maximum in its last rows, past offset 256, where bfloat16 rounds odd integers away.
+    kwargs = dict(kernel_size=17, stride=5, padding=8, dilation=2)
+    x = _input(rng, (1, 2, 40, 38)) + 8 * np.arange(40, dtype=np.float32)[:, None]
+    out_shape = TF.max_pool2d(torch.tensor(x), **kwargs).shape
+    ct = np.round(rng.standard_normal(out_shape) * 4) / 4
+    want_out, want_grad = _torch_grad(x, ct, kwargs, torch.bfloat16)
+    grad = jax.grad(lambda a, c: (F.max_pool2d(a, **kwargs) * c).sum())(
+        jnp.asarray(x, jnp.bfloat16), jnp.asarray(ct, jnp.bfloat16))
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), want_grad)
+
+
+@pytest.mark.parametrize("dtype, offsets, want", [
+    (jnp.float32, 9, jnp.float32), (jnp.bfloat16, 256, jnp.bfloat16),
+    (jnp.bfloat16, 289, jnp.int32), (jnp.float16, 2049, jnp.int32), (jnp.int32, 9, jnp.int8)])
+def test_offset_type_is_x_own_float_type_only_where_it_counts_every_offset(dtype, offsets, want):
+    assert _max_pool._offset_type(jnp.dtype(dtype), offsets) == want
 
 
 @pytest.mark.parametrize("shape, kwargs", [CASES[0], CASES[3], CASES[6]])
