@@ -21,6 +21,10 @@ CASES = [  # (input shape, max_pool kwargs)
     ((1, 2, 12, 11), dict(kernel_size=3, stride=2, padding=1, dilation=2)),
     ((1, 2, 10, 9), dict(kernel_size=(2, 3), stride=(1, 3), dilation=(3, 1))),
     ((3, 9, 9), dict(kernel_size=2, stride=3)),  # unbatched, stride above the kernel
+    # Windows that tile the input (stride == kernel; _tiled_scatter): a floor-mode tail the
+    # windows leave out, and padding with a ceil-mode window past the end.
+    ((2, 3, 9, 7), dict(kernel_size=2)),
+    ((1, 2, 11, 10), dict(kernel_size=(3, 2), padding=1, ceil_mode=True)),
 ]
 
 
@@ -85,7 +89,7 @@ def test_offset_type_is_x_own_float_type_only_where_it_counts_every_offset(dtype
     assert _max_pool._offset_type(jnp.dtype(dtype), offsets) == want
 
 
-@pytest.mark.parametrize("shape, kwargs", [CASES[0], CASES[3], CASES[6]])
+@pytest.mark.parametrize("shape, kwargs", [CASES[0], CASES[1], CASES[3], CASES[6], CASES[-1]])
 def test_forward_mode_and_second_derivatives_match_torch(shape, kwargs, rng):
     x = rng.standard_normal(shape).astype(np.float32)  # no ties: a smooth neighbourhood
     tangent = rng.standard_normal(shape).astype(np.float32)
