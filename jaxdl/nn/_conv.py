@@ -160,16 +160,19 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
 
 
 def _cpu_conv(x, w, stride, pairs, dilation, groups, n):
-    """On CPU the lowering of each pass depends on the shape (`_conv_cpu.plan`); the choice
-    is recorded for `dl.backends.cpu.choices()`."""
+    """On CPU the lowering of each pass depends on the shape (`_conv_cpu.plan`), after kernel
+    offsets that read only padding are cropped (`_conv_cpu.crop_dead_taps`); the choice and
+    the kernel that runs are recorded for `dl.backends.cpu.choices()`."""
+    key = {"input": x.shape, "weight": w.shape, "stride": tuple(stride),
+           "padding": tuple(map(tuple, pairs)), "dilation": tuple(dilation), "groups": groups,
+           "dtype": jnp.dtype(x.dtype).name}
+    if backends.cpu.benchmark:
+        x, w, pairs = _conv_cpu.crop_dead_taps(x, w, stride, pairs, dilation)
     last_shape = (x.shape[0], *x.shape[2:], x.shape[1])
     plan = _conv_cpu.plan(last_shape, w.shape, stride, pairs, dilation, groups,
                           choose=backends.cpu.benchmark)
-    backends.cpu._record(
-        {"input": x.shape, "weight": w.shape, "stride": plan.stride, "padding": plan.padding,
-         "dilation": plan.dilation, "groups": groups, "dtype": jnp.dtype(x.dtype).name},
-        {"forward": plan.forward, "input_grad": plan.input_grad,
-         "weight_grad": plan.weight_grad})
+    backends.cpu._record(key, {"forward": plan.forward, "input_grad": plan.input_grad,
+                               "weight_grad": plan.weight_grad, "kernel": w.shape[2:]})
     if not plan.channels_last:
         return _conv_cpu.conv(x, w, plan)
     return _to_first(_conv_cpu.conv(_to_last(x, n), w, plan), n)

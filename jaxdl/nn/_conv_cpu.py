@@ -169,6 +169,50 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     return geometry
 
 
+def live_taps(spatial, kernel, stride, padding, dilation):
+    """Per spatial axis, the kernel offsets [first, last + 1) that read at least one input
+    element rather than padding, or None where every offset does (nothing to crop) or none
+    does (the output is zeros: left to the convolution as it is).
+
+    A 3x3 layer with padding 1 on a 1x1 map (ResNet's last stage at 32x32 input, GoogLeNet's
+    last inceptions) reads real data only through its centre offset: the other eight multiply
+    padding, 8/9 of its products. Offsets are cropped only at the ends of each axis (those
+    between two live ones stay, reading zeros where they read padding)."""
+    ranges = []
+    for size, k, s, d, (lo, hi) in zip(spatial, kernel, stride, dilation, padding):
+        (out,) = _out_sizes((size + lo + hi,), (k,), (s,), (d,))
+        # offset i reads input index o*s + i*d - lo for the outputs o in [0, out)
+        live = [i for i in range(k)
+                if any(0 <= o * s + i * d - lo < size for o in range(out))]
+        ranges.append((live[0], live[-1] + 1) if live else (0, k))
+    if all(r == (0, k) for r, k in zip(ranges, kernel)):
+        return None
+    return ranges
+
+
+def crop_dead_taps(x, w, stride, padding, dilation):
+    """x (N, C, *S) and w (O, I, *K) with the kernel offsets that read only padding cropped
+    away (`live_taps`), and the padding that keeps every output where it was: the same
+    convolution with fewer products. Input rows no remaining offset reads are sliced off
+    (negative padding). Exact: the cropped offsets' gradients are zeros, as before."""
+    spatial, kernel = x.shape[2:], w.shape[2:]
+    ranges = live_taps(spatial, kernel, stride, padding, dilation)
+    if ranges is None:
+        return x, w, padding
+    w = w[(slice(None), slice(None), *(slice(a, b) for a, b in ranges))]
+    pairs, start, stop = [], [], []
+    for size, k, (a, b), s, d, (lo, hi) in zip(spatial, kernel, ranges, stride, dilation,
+                                                padding):
+        (out,) = _out_sizes((size + lo + hi,), (k,), (s,), (d,))
+        new_lo = lo - a * d
+        new_hi = (out - 1) * s + d * (b - a - 1) + 1 - size - new_lo
+        start.append(max(0, -new_lo))
+        stop.append(size - max(0, -new_hi))
+        pairs.append((max(0, new_lo), max(0, new_hi)))
+    x = jax.lax.slice(x, (0, 0, *start), (*x.shape[:2], *stop))
+    return x, w, tuple(pairs)
+
+
 def _channels_first(geometry: Plan, lowering: str) -> Plan:
     """Every pass through one channels-first lowering: on the model's own (N, C, *S)
     activations, with no transposes around it."""

@@ -2,6 +2,7 @@
 and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
 
 import functools
+import math
 import re
 
 import jax
@@ -278,3 +279,83 @@ def test_weight_gradient_sums_images_by_slices_on_more_than_one_core(cores, monk
         got = jax.jit(_value_and_grads, static_argnums=0)(first, x, w)
         for a, e in zip(got, _value_and_grads(base, x, w)):
             np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5 * float(jnp.abs(e).max()))
+
+
+def test_live_taps_crops_offsets_that_read_only_padding():
+    """A kernel offset is live when some output reads a real input element through it."""
+    one = ((1, 1),)
+    assert _conv_cpu.live_taps((1,), (3,), (1,), one, (1,)) == [(1, 2)]  # 1x1 map: the centre
+    assert _conv_cpu.live_taps((2,), (3,), (2,), one, (1,)) == [(1, 3)]  # 2 -> 1, stride 2
+    assert _conv_cpu.live_taps((2,), (5,), (1,), ((2, 2),), (1,)) == [(1, 4)]
+    assert _conv_cpu.live_taps((2,), (3,), (1,), one, (1,)) is None  # every offset reads data
+    assert _conv_cpu.live_taps((1,), (3,), (1,), ((2, 2),), (2,)) == [(1, 2)]  # dilated
+    assert _conv_cpu.live_taps((1, 4), (3, 3), (1, 1), (one[0], one[0]), (1, 1)) == [(1, 2), (0, 3)]
+    # no offset reads data along an axis (the output is zeros): that axis is left whole
+    assert _conv_cpu.live_taps((1,), (1,), (1,), ((2, 2),), (1,)) is None
+
+
+# (input (N, C, *S), kernel, stride, padding, dilation, groups): maps smaller than the kernel's
+# reach, where offsets at the ends read only padding
+DEAD_TAPS = [
+    ((2, 6, 1, 1), (3, 3), 1, 1, 1, 1),            # ResNet's last stage at 32x32 input
+    ((2, 6, 2, 2), (3, 3), 2, 1, 1, 1),            # its strided entry: 2x2 -> 1x1
+    ((1, 4, 3, 5), (3, 5), (1, 3), 1, (2, 1), 1),  # input rows no offset reads: sliced off
+    ((2, 4, 3, 2), (3, 3), (1, 2), 2, 2, 1),       # dilated
+    ((2, 6, 1, 1), (3, 3), 1, 1, 1, 6),            # depthwise ("shifts") on a 1x1 map
+    ((2, 6, 1, 2), (3, 3), 1, 1, 1, 2),            # grouped
+    ((2, 3, 1), (5,), 1, 2, 1, 1),                 # 1-d
+    ((1, 3, 1, 2, 1), (3, 3, 3), 1, 1, 1, 1),      # 3-d
+]
+
+
+@pytest.mark.parametrize("geometry", DEAD_TAPS, ids=lambda g: f"{g[0]}-k{g[1]}-g{g[5]}")
+def test_cropped_offsets_match_torch_values_and_gradients(geometry):
+    """The cropped convolution equals torch's (which reads the padding) in value and both
+    gradients; the dead offsets' weight gradients are exact zeros, as torch's are."""
+    shape, kernel, stride, padding, dilation, groups = geometry
+    rng = np.random.default_rng(len(shape) + sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((6, shape[1] // groups, *kernel)).astype(np.float32)
+    n = len(kernel)
+    conv = getattr(dl.nn.functional, f"conv{n}d")
+    t_conv = getattr(torch.nn.functional, f"conv{n}d")
+    options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    y, vjp = jax.vjp(jax.jit(lambda a, b: conv(a, b, **options)), jnp.asarray(x), jnp.asarray(w))
+    cot = rng.standard_normal(y.shape).astype(np.float32)
+    dx, dw = vjp(jnp.asarray(cot))
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = t_conv(tx, tw, **options)
+    ty.backward(torch.tensor(cot))
+    for got, expected in [(y, ty.detach()), (dx, tx.grad), (dw, tw.grad)]:
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-5)
+    dead = tw.grad.numpy() == 0
+    assert dead.any() and (np.asarray(dw)[dead] == 0).all()
+    (entry,) = [c for c in dl.backends.cpu.choices()
+                if c["input"] == shape and c["weight"] == w.shape and c["groups"] == groups]
+    assert math.prod(entry["kernel"]) < math.prod(kernel)
+
+
+def test_cropped_offsets_keep_forward_mode_and_second_derivatives():
+    """The crop is a slice of x and w, differentiated as such: forward mode and
+    forward-over-reverse equal those of XLA's uncropped convolution."""
+    shape, kernel, stride, padding, dilation, groups = DEAD_TAPS[1]
+    rng = np.random.default_rng(3)
+    x, dx = (jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(2))
+    w, dw = (jnp.asarray(rng.standard_normal((6, shape[1], *kernel)), jnp.float32)
+             for _ in range(2))
+
+    def conv(a, b):
+        return dl.nn.functional.conv2d(a, b, stride=stride, padding=padding)
+
+    def checks():
+        loss = jax.grad(lambda a, b: jnp.sum(jnp.tanh(conv(a, b))), (0, 1))
+        return jax.jvp(conv, (x, w), (dx, dw)), jax.jvp(loss, (x, w), (dx, dw))
+
+    cropped = checks()
+    dl.backends.cpu.benchmark = False
+    try:
+        whole = checks()
+    finally:
+        dl.backends.cpu.benchmark = True
+    for got, expected in zip(jax.tree.leaves(cropped), jax.tree.leaves(whole)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
