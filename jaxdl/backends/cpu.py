@@ -4,8 +4,9 @@
 convolution shape runs the lowering measured fastest for it, chosen separately for
 the forward pass, the input gradient and the weight gradient (XLA's convolution, a
 matrix product over patches, or for depthwise convolutions a sum of shifted slices;
-see docs/design.md). False runs XLA's convolution everywhere. `dl.jit` recompiles
-when it changes. `choices()` lists what each convolution traced so far runs.
+see docs/design.md), after cropping kernel offsets that read only padding. False runs
+XLA's convolution everywhere, as written. `dl.jit` recompiles when it changes.
+`choices()` lists what each convolution traced so far runs.
 
 `heap_retained`: whether importing jaxdl told glibc to keep freed memory in the heap, so
 that a compiled step does not page its temporary buffers in again at every call (see
@@ -23,8 +24,10 @@ _choices: dict = {}
 
 
 def choices() -> list[dict]:
-    """One entry per distinct convolution traced in this process (input and weight shapes,
-    both channels-last, geometry and dtype) with the lowering of each pass."""
+    """One entry per distinct convolution traced in this process (input (N, C, *S) and weight
+    (O, C/groups, *K) shapes as the layer has them, geometry and dtype) with the lowering of
+    each pass and the kernel that runs (smaller than the weight's where offsets that read
+    only padding were cropped)."""
     return [{**dict(key), **lowerings} for key, lowerings in _choices.items()]
 
 

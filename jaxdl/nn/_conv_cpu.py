@@ -32,6 +32,9 @@ a strided one. The same layers written without a convolution op are fast:
   small; on 14x14-27x27 maps summing their weight gradients over the images is slow on
   two cores).
 
+Before any of them, `crop_dead_taps` drops the kernel offsets that read only padding (a 3x3
+layer on a 1x1 map keeps its centre), and `plan` sees the cropped kernel.
+
 `plan` picks one lowering for the forward pass, one for the input gradient and one
 for the weight gradient, by a rule read off a table measured on this project's
 machine (docs/design.md says why a rule and not timing). When the three agree
