@@ -174,8 +174,8 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
 
 def live_taps(spatial, kernel, stride, padding, dilation):
     """Per spatial axis, the kernel offsets [first, last + 1) that read at least one input
-    element rather than padding, or None where every offset does (nothing to crop) or none
-    does (the output is zeros: left to the convolution as it is).
+    element rather than padding ((0, k) where none does: the output is zeros, left to the
+    convolution as it is), or None where no axis has an offset to crop.
 
     A 3x3 layer with padding 1 on a 1x1 map (ResNet's last stage at 32x32 input, GoogLeNet's
     last inceptions) reads real data only through its centre offset: the other eight multiply
@@ -184,9 +184,13 @@ def live_taps(spatial, kernel, stride, padding, dilation):
     ranges = []
     for size, k, s, d, (lo, hi) in zip(spatial, kernel, stride, dilation, padding):
         (out,) = _out_sizes((size + lo + hi,), (k,), (s,), (d,))
-        # offset i reads input index o*s + i*d - lo for the outputs o in [0, out)
-        live = [i for i in range(k)
-                if any(0 <= o * s + i * d - lo < size for o in range(out))]
+        live = []
+        for i in range(k):
+            # offset i reads input index o*s + i*d - lo for the outputs o in [0, out); the
+            # first output that reads index 0 or later reads the smallest such index
+            first = max(0, -(-(lo - i * d) // s))
+            if first < out and first * s + i * d - lo < size:
+                live.append(i)
         ranges.append((live[0], live[-1] + 1) if live else (0, k))
     if all(r == (0, k) for r, k in zip(ranges, kernel)):
         return None

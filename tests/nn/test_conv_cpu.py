@@ -2,6 +2,7 @@
 and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
 
 import functools
+import itertools
 import math
 import re
 
@@ -292,6 +293,19 @@ def test_live_taps_crops_offsets_that_read_only_padding():
     assert _conv_cpu.live_taps((1, 4), (3, 3), (1, 1), (one[0], one[0]), (1, 1)) == [(1, 2), (0, 3)]
     # no offset reads data along an axis (the output is zeros): that axis is left whole
     assert _conv_cpu.live_taps((1,), (1,), (1,), ((2, 2),), (1,)) is None
+
+
+def test_live_taps_agrees_with_every_output_read_on_a_grid():
+    """The closed form (first output at or past index 0) against reading every output's index."""
+    for size, k, s, d, lo, hi in itertools.product(range(1, 6), range(1, 6), range(1, 4),
+                                                   range(1, 3), range(4), range(4)):
+        if size + lo + hi < d * (k - 1) + 1:
+            continue
+        out = (size + lo + hi - d * (k - 1) - 1) // s + 1
+        live = [i for i in range(k) if any(0 <= o * s + i * d - lo < size for o in range(out))]
+        expected = (live[0], live[-1] + 1) if live else (0, k)
+        got = _conv_cpu.live_taps((size,), (k,), (s,), ((lo, hi),), (d,))
+        assert got == (None if expected == (0, k) else [expected]), (size, k, s, d, lo, hi)
 
 
 # (input (N, C, *S), kernel, stride, padding, dilation, groups): maps smaller than the kernel's
