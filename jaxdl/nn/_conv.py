@@ -14,7 +14,7 @@ import numpy as np
 from jaxdl import amp, backends
 from jaxdl._convert import as_dtype
 from jaxdl._dtypes import accumulation_dtype
-from jaxdl._module import Module, Parameter
+from jaxdl._module import Module, Parameter, ShapeError
 from jaxdl._random import KeyStream
 from jaxdl.nn import _conv_cpu
 from jaxdl.nn.init import bias_uniform, default_weight
@@ -138,6 +138,16 @@ def _check_conv(n, input, weight, groups, where):
                          f"{weight.shape[1] * groups}")
 
 
+def _check_kernel_fits(spatial, kernel, pairs, dilation, where):
+    """torch refuses a kernel (dilated) larger than the padded input: the output would be empty."""
+    padded = tuple(size + lo + hi for size, (lo, hi) in zip(spatial, pairs))
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    if any(e > size for e, size in zip(extent, padded)):
+        raise ValueError(f"{where}: the padded input is {padded} per channel and the kernel "
+                         f"(dilated) {extent}: the kernel can't be larger than the input; pad "
+                         "the input or use a smaller kernel")
+
+
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
     _check_conv(n, input, weight, groups, f"F.conv{n}d")
     input, weight, bias = amp.lower(input, weight, bias)
@@ -148,6 +158,7 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
+    _check_kernel_fits(x.shape[2:], weight.shape[2:], pairs, dilation, f"F.conv{n}d")
     weight = weight.astype(x.dtype)
     if jax.default_backend() == "cpu":
         out = _cpu_conv(x, weight, stride, pairs, dilation, groups, n)
@@ -315,6 +326,15 @@ class _ConvNd(Module):
     def _check(self, input):
         self._check_input(input, (self._n + 1, self._n + 2), -self._n - 1, self.in_channels)
         self._check_floating(input)
+        if not self._transposed:
+            pairs = _padding_pairs(self.padding, self.kernel_size, self.dilation, self.stride,
+                                   self._n)
+            try:
+                _check_kernel_fits(input.shape[-self._n:], self.kernel_size, pairs,
+                                   self.dilation, "")
+            except ValueError as error:
+                raise ShapeError(f"{self._describe()}: input of shape {tuple(input.shape)}"
+                                 f"{error}") from None
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -141,6 +141,12 @@ def test_bad_input_names_module_and_shapes(rng):
         F.pad(rand(rng, 2, 3), (1, 1), mode="bogus")
     with pytest.raises(ValueError, match="reflect padding .* smaller than the padded axis"):
         F.pad(rand(rng, 2, 3), (3, 0), mode="reflect")
+    # a kernel larger than the padded input: torch refuses it, and so do the layer and F
+    with pytest.raises(nn.ShapeError, match=r"0 \(Conv2d\): input of shape \(2, 3, 2, 2\).*"
+                                            r"padded input is \(2, 2\).*kernel.*\(3, 3\)"):
+        model(rand(rng, 2, 3, 2, 2))
+    with pytest.raises(ValueError, match=r"F.conv1d: the padded input is \(6,\).*\(7,\)"):
+        F.conv1d(rand(rng, 1, 2, 4), rand(rng, 3, 2, 4), padding=1, dilation=2)
     # a one-element padding tuple is repeated over the spatial axes, as torch does
     x, w = rand(rng, 1, 2, 5, 5), rand(rng, 3, 2, 3, 3)
     expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=(1,))

@@ -37,11 +37,14 @@ GEOMETRIES = [
 ]
 
 
-def _lowerings(groups, channels, channels_last=True):
+def _lowerings(plan, channels, channels_last=True):
     """The lowerings that apply to a geometry, in one layout."""
+    groups = plan.groups
     if channels_last:
         return ["xla"] + ["patches"] * (groups == 1) + ["shifts"] * (groups == channels)
-    return ["image_matmul", "matmul"] * (groups == 1) + ["shifts"] * (groups == channels)
+    unit = set(plan.stride) | set(plan.dilation) == {1}  # what "whole_map" takes
+    return (["image_matmul", "matmul"] * (groups == 1) + ["whole_map"] * (groups == 1 and unit)
+            + ["shifts"] * (groups == channels))
 
 
 def _case(geometry, dtype=jnp.float32):
@@ -74,7 +77,7 @@ def _value_and_grads(plan, x, w):
 def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry, channels_last):
     x, w, base = _case(geometry)
     expected = _value_and_grads(base, x, w)
-    names = _lowerings(base.groups, x.shape[-1], channels_last)
+    names = _lowerings(base, x.shape[-1], channels_last)
     # Each lowering alone (plain autodiff), then rotations so that, under the custom VJP,
     # every lowering serves as the input gradient and as the weight gradient.
     rotations = [names[k:] + names[:k] for k in range(len(names))] if len(names) > 1 else []
@@ -92,8 +95,8 @@ def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry, cha
 def test_bfloat16_lowerings_match_xla_within_bfloat16_rounding(geometry):
     x, w, base = _case(geometry, jnp.bfloat16)
     expected = [e.astype(jnp.float32) for e in _value_and_grads(base, x, w)]
-    for name, last in [(n, True) for n in _lowerings(base.groups, x.shape[-1])[1:]] + [
-            (n, False) for n in _lowerings(base.groups, x.shape[-1], channels_last=False)]:
+    for name, last in [(n, True) for n in _lowerings(base, x.shape[-1])[1:]] + [
+            (n, False) for n in _lowerings(base, x.shape[-1], channels_last=False)]:
         plan = Plan(base.stride, base.padding, base.dilation, base.groups, name, name, name,
                     last)
         got = _value_and_grads(plan, x, w)
@@ -139,6 +142,12 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
     assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
+    # a map with fewer pixels than the kernel has offsets: the map matrix, unless it is large
+    # (above) or the batch small
+    assert lowerings((16, 2, 2, 256), (256, 256, 3, 3)) == ("whole_map",) * 3 + (False,)
+    assert lowerings((16, 1, 2, 64), (64, 64, 3, 3))[0] == "whole_map"
+    assert lowerings((8, 2, 2, 128), (128, 128, 3, 3))[0] == "patches"
+    assert lowerings((16, 2, 2, 256), (256, 256, 3, 3), stride=(2, 2))[0] == "patches"
     assert lowerings((16, 3, 3, 256), (256, 256, 3, 3))[:3] == ("patches",) * 3
     assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[:3] == ("xla",) * 3
     # few output rows (batch x pixels): patches, which use the weight untransposed
@@ -244,7 +253,21 @@ def test_image_matmul_keeps_forward_mode_and_second_derivatives(geometry, cores,
     x, w, base = _case(geometry)
     if geometry is EXPANDING:
         w = jnp.concatenate([w, w[:3] * 2])  # 10 outputs from 3 channels: K < O
-    first = Plan(base.stride, base.padding, base.dilation, base.groups, *["image_matmul"] * 3,
+    _assert_forward_mode_matches_xla("image_matmul", base, x, w)
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[9]])
+def test_whole_map_keeps_forward_mode_and_second_derivatives(geometry):
+    """Plain autodiff of a product with a matrix built from the kernel: forward mode and
+    forward-over-reverse match XLA's (a 2x2 map, a 9x7 one, a kernel axis over 8)."""
+    x, w, base = _case(geometry)
+    _assert_forward_mode_matches_xla("whole_map", base, x, w)
+
+
+def _assert_forward_mode_matches_xla(lowering, base, x, w):
+    """Forward mode, with a tangent on either operand or both, and forward-over-reverse of a
+    channels-first lowering against XLA's convolution."""
+    first = Plan(base.stride, base.padding, base.dilation, base.groups, *[lowering] * 3,
                  channels_last=False)
     rng = np.random.default_rng(2)
     dx, dw = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in (x, w))
@@ -355,10 +378,12 @@ def test_cropped_offsets_match_torch_values_and_gradients(geometry):
     assert math.prod(entry["kernel"]) < math.prod(kernel)
 
 
-def test_cropped_offsets_keep_forward_mode_and_second_derivatives(monkeypatch):
-    """The crop is a slice of x and w, differentiated as such: forward mode and
+@pytest.mark.parametrize("geometry", DEAD_TAPS[:2], ids=["one offset", "two offsets"])
+def test_cropped_offsets_keep_forward_mode_and_second_derivatives(geometry, monkeypatch):
+    """The crop slices x and w (a kernel axis cropped to one offset takes its tangent as a sum
+    against a one-hot mask, so that its gradient is a broadcast): forward mode and
     forward-over-reverse equal those of XLA's uncropped convolution."""
-    shape, kernel, stride, padding, dilation, groups = DEAD_TAPS[1]
+    shape, kernel, stride, padding, dilation, groups = geometry
     rng = np.random.default_rng(3)
     x, dx = (jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(2))
     w, dw = (jnp.asarray(rng.standard_normal((6, shape[1], *kernel)), jnp.float32)
