@@ -126,7 +126,7 @@ _PATCH_ELEMENTS = 2 ** 22
 # of (16, 256, 2x2) 3x3 -> 256, one core: 1.76 ms against patches' 3.03 (two cores 1.17 against
 # 1.58). Building the matrix (a strided copy of the kernel) and summing its gradient back cost
 # what a larger matrix saves: with 512 channels, 8.0 against 6.6 ms at batch 8. With 8 images,
-# GoogLeNet's step at 64 px read 1-3% slower on one core in three A/Bs, its 160 -> 320 layer's
+# GoogLeNet's step at 64 px read 1.2-2.8% slower on one core in three A/Bs, its 160 -> 320 layer's
 # 3.3 MB matrix taking 1.15 ms to build against 1.24 ms in its products (docs/design.md).
 _MAP_MATRIX_ELEMENTS = 2 ** 20
 _MAP_IMAGES = 16
