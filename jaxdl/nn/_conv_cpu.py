@@ -407,7 +407,8 @@ def _map_matrix(w, spatial, outs, padding):
     """(O, C, *K) -> (O*out pixels, C*in pixels) for a stride-1 convolution: entry
     [(o, q), (c, r)] is w[o, c, r + lo - q] (per spatial axis), zero where that offset lies
     outside the kernel. One slice of the zero-padded kernel per output pixel, stacked: its
-    transpose (the weight gradient) is adds of slices in one loop."""
+    transpose (the weight gradient) is adds of padded slices, which XLA fuses into the
+    optimizer's update."""
     kernel = w.shape[2:]
     pads = [(max(0, out - 1 - lo), max(0, lo + size - k))
             for size, out, (lo, _), k in zip(spatial, outs, padding, kernel)]
