@@ -138,14 +138,15 @@ def _check_conv(n, input, weight, groups, where):
                          f"{weight.shape[1] * groups}")
 
 
-def _check_kernel_fits(spatial, kernel, pairs, dilation, where):
-    """torch refuses a kernel (dilated) larger than the padded input: the output would be empty."""
+def _kernel_overflow(spatial, kernel, pairs, dilation) -> str | None:
+    """Why the kernel (dilated) does not fit the padded input, which torch refuses (the output
+    would be empty), or None where it fits."""
     padded = tuple(size + lo + hi for size, (lo, hi) in zip(spatial, pairs))
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-    if any(e > size for e, size in zip(extent, padded)):
-        raise ValueError(f"{where}: the padded input is {padded} per channel and the kernel "
-                         f"(dilated) {extent}: the kernel can't be larger than the input; pad "
-                         "the input or use a smaller kernel")
+    if all(e <= size for e, size in zip(extent, padded)):
+        return None
+    return (f"the padded input is {padded} per channel and the kernel (dilated) {extent}: the "
+            "kernel can't be larger than the input; pad the input or use a smaller kernel")
 
 
 def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_mode="zeros"):
@@ -158,7 +159,9 @@ def _convnd(n, input, weight, bias, stride, padding, dilation, groups, padding_m
     if padding_mode != "zeros":
         x = pad(x, [p for pair in reversed(pairs) for p in pair], padding_mode)
         pairs = [(0, 0)] * n
-    _check_kernel_fits(x.shape[2:], weight.shape[2:], pairs, dilation, f"F.conv{n}d")
+    overflow = _kernel_overflow(x.shape[2:], weight.shape[2:], pairs, dilation)
+    if overflow:
+        raise ValueError(f"F.conv{n}d: {overflow}")
     weight = weight.astype(x.dtype)
     if jax.default_backend() == "cpu":
         out = _cpu_conv(x, weight, stride, pairs, dilation, groups, n)
@@ -329,12 +332,11 @@ class _ConvNd(Module):
         if not self._transposed:
             pairs = _padding_pairs(self.padding, self.kernel_size, self.dilation, self.stride,
                                    self._n)
-            try:
-                _check_kernel_fits(input.shape[-self._n:], self.kernel_size, pairs,
-                                   self.dilation, "")
-            except ValueError as error:
-                raise ShapeError(f"{self._describe()}: input of shape {tuple(input.shape)}"
-                                 f"{error}") from None
+            overflow = _kernel_overflow(input.shape[-self._n:], self.kernel_size, pairs,
+                                        self.dilation)
+            if overflow:
+                raise ShapeError(f"{self._describe()}: input of shape {tuple(input.shape)}: "
+                                 f"{overflow}")
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
