@@ -147,6 +147,9 @@ def test_bad_input_names_module_and_shapes(rng):
         model(rand(rng, 2, 3, 2, 2))
     with pytest.raises(ValueError, match=r"F.conv1d: the padded input is \(6,\).*\(7,\)"):
         F.conv1d(rand(rng, 1, 2, 4), rand(rng, 3, 2, 4), padding=1, dilation=2)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input"):
+        torch.nn.functional.conv1d(torch.zeros(1, 2, 4), torch.zeros(3, 2, 4), padding=1,
+                                   dilation=2)
     # a one-element padding tuple is repeated over the spatial axes, as torch does
     x, w = rand(rng, 1, 2, 5, 5), rand(rng, 3, 2, 3, 3)
     expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=(1,))
