@@ -186,10 +186,13 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
             or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_MULTICORE and _cores() > 1)):
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
-    if any(s > 1 for s in stride) and x_shape[-1] >= 16:
+    if taps == 1 and any(s > 1 for s in stride) and x_shape[-1] >= 16:
         # XLA computes a strided convolution's input gradient as a convolution over a
-        # zero-dilated image, slow on CPU (as transposed convolutions are); not worth it
-        # for a stem with a few input channels.
+        # zero-dilated image. For a 1x1 kernel patches ran it faster (ResNet-50's 1024 ->
+        # 2048 at 14x14, batch 2: 4.2 against 5.0 ms); for larger kernels XLA's won once
+        # the output map has more than 9 pixels (3x3 layers 3-45% faster, 5x5 and 7x7 2x:
+        # docs/design.md, "Strided input gradients"). Its cliff, a 3x3 layer on a 2x2
+        # output map (24 against 0.9 ms), takes patches through the tiny-map rule above.
         return dataclasses.replace(geometry, input_grad="patches")
     return geometry
 

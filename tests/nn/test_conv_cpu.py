@@ -153,8 +153,11 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     # few output rows (batch x pixels): patches, which use the weight untransposed
     assert lowerings((2, 7, 7, 512), (512, 512, 3, 3))[:3] == ("patches",) * 3
     assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[:3] == ("xla",) * 3
-    assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == (
+    # a strided layer's input gradient: patches for a 1x1 kernel, XLA's for larger ones
+    assert lowerings((16, 16, 16, 64), (128, 64, 1, 1), stride=(2, 2))[:3] == (
         "xla", "patches", "xla")
+    assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
+    assert lowerings((2, 28, 28, 256), (256, 256, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
     assert lowerings((8, 32, 32, 64), (64, 64, 3, 3))[:3] == ("xla",) * 3
     assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4)[:3] == ("xla",) * 3
     off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
