@@ -10,10 +10,13 @@ from jaxdl._convert import as_dtype
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
 from jaxdl.nn._keys import fresh_key as _fresh_key
+from jaxdl.nn._written_out import written_out
 
 
 def relu(input, inplace: bool = False):
-    return jax.nn.relu(input)
+    # Written out, as torch's is: on CPU XLA would evaluate a residual block's whole chain
+    # again in every loop that reads its ReLU (`_written_out.py`).
+    return written_out(jax.nn.relu(input))
 
 
 def tanh(input):
