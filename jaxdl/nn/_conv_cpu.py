@@ -1,4 +1,4 @@
-"""Convolutions for XLA's CPU backend: six lowerings, chosen per shape and per pass.
+"""Convolutions for XLA's CPU backend: seven lowerings, chosen per shape and per pass.
 
 XLA's own CPU convolution is fine on most shapes but has cliffs (docs/design.md,
 "CPU convolutions"): depthwise convolutions run 10-100x slower than torch, and so
@@ -36,6 +36,9 @@ a strided one. The same layers written without a convolution op are fast:
   (O*out pixels, C*in pixels) matrix built from the kernel. Each output pixel reads every
   input pixel through one offset, so it multiplies no padding (patches would do 9 products
   per output where 4 read data).
+- "winograd": channels-first, 3x3 kernels with stride 1 and no dilation: Winograd's
+  F(2x2, 3x3), 16 matrix products over transformed tiles, 2.25x fewer multiply-adds
+  (`_winograd`), for layers with enough tiles and channels.
 
 Before any of them, `crop_dead_taps` drops the kernel offsets that read only padding (a 3x3
 layer on a 1x1 map keeps its centre), and `plan` sees the cropped kernel.
@@ -66,6 +69,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from jaxdl._dtypes import accumulation_dtype
+from jaxdl.nn import _winograd
 from jaxdl.nn._windows import interleave_phases, stack_windows, window_views
 
 # Output maps with at most this many pixels (3x3) are "tiny": a matrix product over patches
@@ -131,6 +135,26 @@ _PATCH_ELEMENTS = 2 ** 22
 _MAP_MATRIX_ELEMENTS = 2 ** 20
 _MAP_IMAGES = 16
 
+# A 3x3 stride-1 layer takes "winograd" (2.25x fewer multiply-adds) on one core with at least
+# _WINOGRAD_BLOCKS 2x2 output blocks (images x blocks: the columns of its products) and
+# _WINOGRAD_CHANNELS input and output channels. Forward+backward, ms, against the lowering chosen
+# before (2026-12-06, Zen 4, one core; docs/design.md, "Winograd's 3x3 convolutions"): (8, 256,
+# 16x16) -> 256 (512 blocks) 45 against 72; (2, 64, 56x56) -> 64 12.4 against 15.8; (2, 256,
+# 14x14) -> 256 (98 blocks) 12.2 against 16.9. With 32 blocks (512 channels on 7x7 maps at
+# batch 2, or 4x4 maps at batch 8) the kernel's transforms and short products cost more than
+# they save (25 against 17 ms), and with 3 input channels (a stem) the products are too thin.
+_WINOGRAD_BLOCKS = 96
+_WINOGRAD_CHANNELS = 64
+# On more than one core its many small loops and products scale worse than one convolution or
+# product: it lost on two cores with 64 channels on 16x16 and 32x32 maps (3.5 against 3.1 ms at
+# (8, 64, 16x16); 26.3 against 24.0 at batch 16 on 32x32), 128 channels on 8x8 maps at batch 8
+# and 256 on 14x14 at batch 2 (9.6 against 8.8 ms). It won with blocks x channels of at least
+# _WINOGRAD_WORK_MULTICORE ((2, 128, 28x28) -> 128: 6.9 against 8.3 ms; (8, 512, 8x8) -> 512 30
+# against 38) and on maps of _WINOGRAD_HUGE_BLOCKS blocks ((2, 64, 224x224) -> 64: 134 against 179).
+_WINOGRAD_CHANNELS_MULTICORE = 128
+_WINOGRAD_WORK_MULTICORE = 2 ** 15
+_WINOGRAD_HUGE_BLOCKS = 2 ** 13
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -168,6 +192,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         return geometry
     pixels, taps = math.prod(outs), math.prod(kernel)
     rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
+    if (tuple(kernel) == (3, 3) and set(stride) | set(dilation) == {1}
+            and min(itertools.chain(*padding)) >= 0
+            and _takes_winograd(min(x_shape[-1], w_shape[0]), _winograd.blocks(x_shape[0], outs))):
+        return _channels_first(geometry, "winograd")
     if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
             and rows * w_shape[0] >= _MATMUL_WEIGHTS):
         return _channels_first(geometry, "matmul")
@@ -195,6 +223,18 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         # output map (24 against 0.9 ms), takes patches through the tiny-map rule above.
         return dataclasses.replace(geometry, input_grad="patches")
     return geometry
+
+
+def _takes_winograd(channels, blocks):
+    """Whether a 3x3 stride-1 layer with min(C, O) `channels` and `blocks` 2x2 output blocks
+    (over all images) runs faster as Winograd's F(2x2, 3x3) on this process's cores."""
+    if channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS:
+        return False
+    if _cores() == 1:
+        return True
+    return ((channels >= _WINOGRAD_CHANNELS_MULTICORE
+             and channels * blocks >= _WINOGRAD_WORK_MULTICORE)
+            or blocks >= _WINOGRAD_HUGE_BLOCKS)
 
 
 def live_taps(spatial, kernel, stride, padding, dilation):
@@ -512,8 +552,13 @@ def _fold_multiplier(a, x_shape, p: Plan):
     return a.reshape(*a.shape[:axis], c, -1, *a.shape[axis + 1:]).sum(axis + 1)
 
 
+def _winograd_3x3(x, w, p: Plan):
+    return _winograd.conv3x3(x, w, p.padding)
+
+
 _LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts,
-              "image_matmul": _image_matmul, "matmul": _matmul, "whole_map": _whole_map}
+              "image_matmul": _image_matmul, "matmul": _matmul, "whole_map": _whole_map,
+              "winograd": _winograd_3x3}
 
 
 def conv(x, w, p: Plan):

@@ -1,6 +1,7 @@
 """The CPU convolution lowerings (jaxdl/nn/_conv_cpu.py) against XLA's convolution: values
 and both gradients, each lowering forced, on odd geometries; the per-shape rule; the switch."""
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -37,14 +38,15 @@ GEOMETRIES = [
 ]
 
 
-def _lowerings(plan, channels, channels_last=True):
+def _lowerings(plan, channels, channels_last=True, kernel=None):
     """The lowerings that apply to a geometry, in one layout."""
     groups = plan.groups
     if channels_last:
         return ["xla"] + ["patches"] * (groups == 1) + ["shifts"] * (groups == channels)
     unit = set(plan.stride) | set(plan.dilation) == {1}  # what "whole_map" takes
+    winograd = groups == 1 and unit and tuple(kernel) == (3, 3)  # 2-d 3x3, stride 1
     return (["image_matmul", "matmul"] * (groups == 1) + ["whole_map"] * (groups == 1 and unit)
-            + ["shifts"] * (groups == channels))
+            + ["shifts"] * (groups == channels) + ["winograd"] * winograd)
 
 
 def _case(geometry, dtype=jnp.float32):
@@ -77,7 +79,7 @@ def _value_and_grads(plan, x, w):
 def test_every_lowering_and_split_matches_xla_values_and_gradients(geometry, channels_last):
     x, w, base = _case(geometry)
     expected = _value_and_grads(base, x, w)
-    names = _lowerings(base, x.shape[-1], channels_last)
+    names = _lowerings(base, x.shape[-1], channels_last, w.shape[2:])
     # Each lowering alone (plain autodiff), then rotations so that, under the custom VJP,
     # every lowering serves as the input gradient and as the weight gradient.
     rotations = [names[k:] + names[:k] for k in range(len(names))] if len(names) > 1 else []
@@ -96,7 +98,7 @@ def test_bfloat16_lowerings_match_xla_within_bfloat16_rounding(geometry):
     x, w, base = _case(geometry, jnp.bfloat16)
     expected = [e.astype(jnp.float32) for e in _value_and_grads(base, x, w)]
     for name, last in [(n, True) for n in _lowerings(base, x.shape[-1])[1:]] + [
-            (n, False) for n in _lowerings(base, x.shape[-1], channels_last=False)]:
+            (n, False) for n in _lowerings(base, x.shape[-1], False, w.shape[2:])]:
         plan = Plan(base.stride, base.padding, base.dilation, base.groups, name, name, name,
                     last)
         got = _value_and_grads(plan, x, w)
@@ -138,7 +140,12 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((8, 8, 8, 32), (192, 32, 1, 1)) == ("xla",) * 3 + (True,)
     # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
     assert lowerings((16, 32, 32, 3), (64, 3, 3, 3)) == ("image_matmul",) * 3 + (False,)
-    assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("xla",) * 3 + (True,)
+    # 3x3 stride 1 with 64 channels or more and 96 output blocks (2x2) or more: Winograd
+    assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("winograd",) * 3 + (False,)
+    assert lowerings((2, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd"  # 98 blocks
+    assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[0] == "winograd"  # 128 blocks
+    assert lowerings((2, 14, 14, 32), (64, 32, 3, 3))[0] == "image_matmul"  # 32 channels
+    assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[0] == "xla"  # 64 blocks
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
     assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
@@ -149,16 +156,15 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((8, 2, 2, 128), (128, 128, 3, 3))[0] == "patches"
     assert lowerings((16, 2, 2, 256), (256, 256, 3, 3), stride=(2, 2))[0] == "patches"
     assert lowerings((16, 3, 3, 256), (256, 256, 3, 3))[:3] == ("patches",) * 3
-    assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[:3] == ("xla",) * 3
     # few output rows (batch x pixels): patches, which use the weight untransposed
     assert lowerings((2, 7, 7, 512), (512, 512, 3, 3))[:3] == ("patches",) * 3
-    assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[:3] == ("xla",) * 3
+    assert lowerings((8, 7, 7, 32), (192, 32, 3, 3))[:3] == ("xla",) * 3
     # a strided layer's input gradient: patches for a 1x1 kernel, XLA's for larger ones
     assert lowerings((16, 16, 16, 64), (128, 64, 1, 1), stride=(2, 2))[:3] == (
         "xla", "patches", "xla")
     assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
     assert lowerings((2, 28, 28, 256), (256, 256, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
-    assert lowerings((8, 32, 32, 64), (64, 64, 3, 3))[:3] == ("xla",) * 3
+    assert lowerings((16, 32, 32, 32), (32, 32, 3, 3))[:3] == ("xla",) * 3
     assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4)[:3] == ("xla",) * 3
     off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
                          choose=False)
@@ -176,16 +182,86 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
         return _conv_cpu.plan(x_shape, w_shape, stride, (pad, pad), (1, 1), 1).forward
 
     two = "patches" if cores > 1 else "xla"
-    assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == two  # 392 rows
+    assert forward((2, 14, 14, 192), (256, 192, 3, 3)) == two if cores > 1 else "winograd"
+    assert forward((2, 12, 12, 256), (256, 256, 3, 3)) == two  # 288 rows, 72 2x2 blocks
     assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == two  # 256 rows
-    assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == "xla"  # 512 rows
+    assert forward((8, 8, 8, 32), (128, 32, 3, 3)) == "xla"  # 512 rows
     assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == two
     assert forward((2, 7, 7, 832), (256, 832, 1, 1)) == two
     assert forward((2, 27, 27, 64), (192, 64, 5, 5)) == "xla"  # a 5x5 kernel
     assert forward((2, 14, 14, 32), (64, 32, 3, 3)) == "image_matmul"  # ahead of the rule
 
 
-def test_switch_recompiles_dl_jit_and_choices_show_the_lowering(monkeypatch):
+@pytest.mark.parametrize("cores", [1, 2])
+def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, monkeypatch):
+    """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks takes
+    Winograd; on more, only those with 128 channels and channels x blocks of 2^15, or maps of
+    2^13 blocks (its small loops and products scale worse than one convolution)."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+
+    def forward(x_shape, w_shape):
+        return _conv_cpu.plan(x_shape, w_shape, (1, 1), ((1, 1),) * 2, (1, 1), 1).forward
+
+    one = "winograd" if cores == 1 else None
+    assert forward((2, 56, 56, 64), (64, 64, 3, 3)) == (one or "image_matmul")  # 1568 blocks
+    assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == (one or "patches")  # 98 blocks
+    assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == (one or "xla")  # 128 x 128
+    assert forward((2, 28, 28, 128), (128, 128, 3, 3)) == "winograd"  # 392 x 128
+    assert forward((8, 8, 8, 512), (512, 512, 3, 3)) == "winograd"  # 128 x 512
+    assert forward((2, 224, 224, 64), (64, 64, 3, 3)) == "winograd"  # 25088 blocks
+    assert forward((2, 7, 7, 512), (512, 512, 3, 3)) == "patches"  # 32 blocks
+    assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((0, 0),) * 2, (1, 1),
+                          1).forward == "winograd"  # no padding
+    assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((1, 1),) * 2, (2, 2),
+                          1).forward != "winograd"  # dilated
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4]])
+def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry):
+    """Plain autodiff of transforms and products: forward mode, forward-over-reverse and the
+    per-example gradients of vmap match XLA's convolution."""
+    x, w, base = _case(geometry)
+    _assert_forward_mode_matches_xla("winograd", base, x, w)
+    plan = dataclasses.replace(base, forward="winograd", input_grad="winograd",
+                               weight_grad="winograd", channels_last=False)
+
+    def per_example(p):
+        return jax.vmap(jax.grad(lambda b, a: jnp.sum(jnp.tanh(
+            _conv_channels_last(p, a[None], b))), (0, 1)), (None, 0))(w, x)
+
+    for got, expected in zip(per_example(plan), per_example(base)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4,
+                                   atol=1e-4 * float(jnp.abs(expected).max()))
+
+
+def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(monkeypatch):
+    """A 64-channel 3x3 layer with 100 2x2 output blocks runs Winograd (one core) and equals
+    torch's Conv2d in value and in the gradients of input, weight and bias."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: 1)
+    torch.manual_seed(0)
+    torch_model = torch.nn.Conv2d(64, 64, 3, padding=1)
+    model = nn.Conv2d(64, 64, 3, padding=1)
+    model.load_state_dict(torch_model.state_dict())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 64, 19, 20)).astype(np.float32)  # odd rows: a cropped block
+    cot = rng.standard_normal((1, 64, 19, 20)).astype(np.float32)
+
+    def loss(m, x):
+        return jnp.sum(m(x) * jnp.asarray(cot))
+
+    y = dl.jit(lambda m, x: m(x))(model, jnp.asarray(x))
+    grads, dx = dl.jit(dl.grad(loss, (0, 1)))(model, jnp.asarray(x))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch_model(tx)
+    (ty * torch.tensor(cot)).sum().backward()
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+    for name, param in torch_model.named_parameters():
+        np.testing.assert_allclose(grads[name], param.grad.numpy(), rtol=1e-5,
+                                   atol=1e-5 * float(param.grad.abs().max()), err_msg=name)
+    (entry,) = [c for c in dl.backends.cpu.choices() if c["input"] == (1, 64, 19, 20)]
+    assert entry["forward"] == "winograd"
+
     torch_model = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
     model = nn.Conv2d(8, 8, 3, padding=1, groups=8)
     model.load_state_dict(torch_model.state_dict())
