@@ -154,6 +154,12 @@ _WINOGRAD_CHANNELS = 64
 _WINOGRAD_CHANNELS_MULTICORE = 128
 _WINOGRAD_WORK_MULTICORE = 2 ** 15
 _WINOGRAD_HUGE_BLOCKS = 2 ** 13
+# Its transformed tiles and products, 16 x channels x blocks each, are four times the
+# activations they come from, and the tiles are kept for the weight gradient: above this many
+# elements (128 MiB of float32) a layer keeps XLA's convolution, whose working set is small.
+# VGG-16 at 224 px with 256 images would otherwise need a 37 GiB working set for its first
+# layers (`dl.memory.plan`); ResNet-18 and VGG-16 at 224 px with 2 images stay under it.
+_WINOGRAD_TILE_ELEMENTS = 2 ** 25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +200,7 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
     if (tuple(kernel) == (3, 3) and set(stride) | set(dilation) == {1}
             and min(itertools.chain(*padding)) >= 0
-            and _takes_winograd(min(x_shape[-1], w_shape[0]), _winograd.blocks(x_shape[0], outs))):
+            and _takes_winograd(x_shape[-1], w_shape[0], _winograd.blocks(x_shape[0], outs))):
         return _channels_first(geometry, "winograd")
     if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
             and rows * w_shape[0] >= _MATMUL_WEIGHTS):
@@ -225,10 +231,12 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     return geometry
 
 
-def _takes_winograd(channels, blocks):
-    """Whether a 3x3 stride-1 layer with min(C, O) `channels` and `blocks` 2x2 output blocks
-    (over all images) runs faster as Winograd's F(2x2, 3x3) on this process's cores."""
-    if channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS:
+def _takes_winograd(in_channels, out_channels, blocks):
+    """Whether a 3x3 stride-1 layer with `blocks` 2x2 output blocks (over all images) runs
+    faster as Winograd's F(2x2, 3x3) on this process's cores, within its memory bound."""
+    channels = min(in_channels, out_channels)
+    if (channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS
+            or 16 * max(in_channels, out_channels) * blocks > _WINOGRAD_TILE_ELEMENTS):
         return False
     if _cores() == 1:
         return True

@@ -209,6 +209,7 @@ def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, 
     assert forward((2, 28, 28, 128), (128, 128, 3, 3)) == "winograd"  # 392 x 128
     assert forward((8, 8, 8, 512), (512, 512, 3, 3)) == "winograd"  # 128 x 512
     assert forward((2, 224, 224, 64), (64, 64, 3, 3)) == "winograd"  # 25088 blocks
+    assert forward((4, 224, 224, 64), (64, 64, 3, 3)) == "xla"  # tiles over 2^25 elements
     assert forward((2, 7, 7, 512), (512, 512, 3, 3)) == "patches"  # 32 blocks
     assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((0, 0),) * 2, (1, 1),
                           1).forward == "winograd"  # no padding
