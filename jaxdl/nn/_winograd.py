@@ -9,11 +9,15 @@ M[a, b] = U[a, b] (O, C) times V[a, b] (C, tiles); so a layer takes 2.25x fewer
 multiply-adds than as patches times weights, in each of its three passes (autodiff
 transposes the products, and the transforms are adds of slices).
 
-The transforms are written for XLA's CPU fusion and for their transposes:
-- every coefficient is 0, ±1 or ±1/2, so a transform is adds of slices in one fused loop
-  (as a product with a 4x4 matrix it ran 10x slower: a contraction of 4 goes to YNNPACK);
+The transforms are written for XLA's CPU fusion and for their transposes (docs/design.md,
+"Winograd's 3x3 convolutions"; one core):
+- every coefficient is 0, +-1 or +-1/2, so a transform is adds of slices in one fused loop;
+  the kernel's transform as an einsum with G went to YNNPACK as products with a contraction
+  of 3 and 4, 16-19 ms each for a 512x512 layer, against 0.3-3.6 ms as adds;
 - the input is first split into its four stride-2 phases, so that each tile element is a
-  unit-stride slice of one phase (strided slices made the loop 20% slower);
+  unit-stride slice of one phase (strided slices of the padded input ran the forward
+  transform faster alone, but their transposes are pads with interior zeros: a (2, 64, 56x56)
+  layer's gradient step took 15.2 ms against 12.4);
 - pieces are taken from a stacked array by splits, not by indexing, and stacks are nested
   four by four: the transpose of a split is a concatenate, of an index a pad of the whole
   array, which made the backward's transforms 16x the work (the gradient step of a (8, 256,
