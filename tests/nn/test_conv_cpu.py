@@ -182,7 +182,7 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
         return _conv_cpu.plan(x_shape, w_shape, stride, (pad, pad), (1, 1), 1).forward
 
     two = "patches" if cores > 1 else "xla"
-    assert forward((2, 14, 14, 192), (256, 192, 3, 3)) == two if cores > 1 else "winograd"
+    assert forward((2, 14, 14, 192), (256, 192, 3, 3)) == (two if cores > 1 else "winograd")
     assert forward((2, 12, 12, 256), (256, 256, 3, 3)) == two  # 288 rows, 72 2x2 blocks
     assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == two  # 256 rows
     assert forward((8, 8, 8, 32), (128, 32, 3, 3)) == "xla"  # 512 rows
