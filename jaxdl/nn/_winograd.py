@@ -44,7 +44,13 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
 def blocks(n, out_sizes):
     """How many 2x2 output blocks (columns of each product) a layer with n images has."""
-    return n * -(-out_sizes[0] // 2) * -(-out_sizes[1] // 2)
+    rows, cols = _block_grid(out_sizes)
+    return n * rows * cols
+
+
+def _block_grid(out_sizes):
+    """The 2x2 output blocks per image along each axis (the last one cropped if odd)."""
+    return tuple(-(-size // 2) for size in out_sizes)
 
 
 def conv3x3(x, w, padding):
@@ -90,7 +96,7 @@ def _stack2(rows):
 def _tiles(x, padding, out_sizes):
     """x (N, C, H, W) -> V (16, C, N * tiles): each tile transformed, tile positions first."""
     n, c = x.shape[:2]
-    th, tw = (-(-size // 2) for size in out_sizes)
+    th, tw = _block_grid(out_sizes)
     # padded to 2*th + 2 rows: the last block may reach one row past the output
     pads = [(lo, 2 * blocks + 2 - size - lo, 0)
             for size, (lo, _), blocks in zip(x.shape[2:], padding, (th, tw))]
@@ -111,7 +117,7 @@ def _kernel_tiles(w):
 
 def _output(m, n, out_sizes):
     """M (16, O, N * tiles) -> y (N, O, *out_sizes): each 2x2 block, interleaved."""
-    th, tw = (-(-size // 2) for size in out_sizes)
+    th, tw = _block_grid(out_sizes)
     o = m.shape[1]
     blocks = _split2(m.reshape(4, 4, o, n, th, tw))
     y = _stack2([[_combine(_A_T[r], _A_T[q], blocks) for q in range(2)] for r in range(2)])
