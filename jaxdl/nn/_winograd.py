@@ -7,22 +7,25 @@ A^T (U * V) A: 16 multiplies per input channel instead of 36. Summed over input 
 the multiplies become 16 matrix products, one per tile position (a, b):
 M[a, b] = U[a, b] (O, C) times V[a, b] (C, tiles); so a layer takes 2.25x fewer
 multiply-adds than as patches times weights, in each of its three passes (autodiff
-transposes the products, and the transforms are adds of slices).
+transposes the products, and the transforms are linear).
 
-The transforms are written for XLA's CPU fusion and for their transposes (docs/design.md,
-"Winograd's 3x3 convolutions"; one core):
-- every coefficient is 0, +-1 or +-1/2, so a transform is adds of slices in one fused loop;
+The transforms are written for XLA's CPU fusion, for their transposes and for compile time
+(docs/design.md, "Winograd's 3x3 convolutions"; one core):
+- every coefficient is 0, +-1 or +-1/2, so the tile and kernel transforms are adds of slices;
   the kernel's transform as an einsum with G went to YNNPACK as products with a contraction
   of 3 and 4, 16-19 ms each for a 512x512 layer, against 0.3-3.6 ms as adds;
+- they run rows first, then columns, each pass on whole slabs (four outputs, concatenated):
+  written as 16 separate outputs of up to 9 terms, each layer added 0.7-1.8 s to the first
+  step (LLVM's loop passes on 16-way fused loops); separable, 0.2-0.6 s;
 - the input is first split into its four stride-2 phases, so that each tile element is a
   unit-stride slice of one phase (strided slices of the padded input ran the forward
   transform faster alone, but their transposes are pads with interior zeros: a (2, 64, 56x56)
   layer's gradient step took 15.2 ms against 12.4);
-- pieces are taken from a stacked array by splits, not by indexing, and stacks are nested
-  four by four: the transpose of a split is a concatenate, of an index a pad of the whole
-  array, which made the backward's transforms 16x the work (the gradient step of a (8, 256,
-  16x16) layer took 71 ms against 45); XLA fuses a concatenate of at most 8 operands
-  (`_windows.stack_windows`).
+- pieces are taken by splits, not by indexing: the transpose of a split is a concatenate, of
+  an index a pad of the whole array, which made the backward's transforms 16x the work (the
+  gradient step of a (8, 256, 16x16) layer took 71 ms against 45);
+- the output transform is one matrix product with A^T (x) A^T (4 x 16), which compiles in a
+  tenth of the time of its adds' transpose and runs as fast.
 
 The values differ from a direct convolution's by rounding only (relative 1e-6 in float32:
 the transforms add at most 9 terms, and the 1/2 factors are exact). Half-precision inputs are
@@ -63,34 +66,27 @@ def conv3x3(x, w, padding):
     return _output(m, x.shape[0], out_sizes).astype(x.dtype)
 
 
-def _combine(rows, cols, pieces):
-    """sum over (k, l) of rows[k] * cols[l] * pieces[k][l], with adds and subtracts (the
-    coefficients are 0, ±1 or ±1/2)."""
+def _combine(coefficients, pieces):
+    """sum over k of coefficients[k] * pieces[k], as adds and subtracts (the coefficients
+    are 0, ±1 or ±1/2)."""
     total = None
-    for k, r in enumerate(rows):
-        for l, c in enumerate(cols):
-            coefficient = float(r * c)
-            if coefficient == 0:
-                continue
-            term = pieces[k][l]
-            if abs(coefficient) != 1:
-                term = term * abs(coefficient)
-            if total is None:
-                total = term if coefficient > 0 else -term
-            else:
-                total = total + term if coefficient > 0 else total - term
+    for coefficient, piece in zip(map(float, coefficients), pieces):
+        if coefficient == 0:
+            continue
+        term = piece if abs(coefficient) == 1 else piece * abs(coefficient)
+        if total is None:
+            total = term if coefficient > 0 else -term
+        else:
+            total = total + term if coefficient > 0 else total - term
     return total
 
 
-def _split2(a):
-    """a (p, q, ...) -> nested lists [p][q] of its (...) pieces, by splits."""
-    return [[jnp.squeeze(piece, (0, 1)) for piece in jnp.split(row, a.shape[1], 1)]
-            for row in jnp.split(a, a.shape[0], 0)]
-
-
-def _stack2(rows):
-    """Nested lists [p][q] of equal arrays -> (p, q, ...): stacks of four, which XLA fuses."""
-    return jnp.stack([jnp.stack(row) for row in rows])
+def _rows_then_columns(rows, transform, cols_of):
+    """The separable transform of 4x4 (or 3x3) tiles: `rows` are the tile's row slabs
+    (each (1, q, ...)), combined by `transform` into (t, q, ...); `cols_of` takes that
+    array to its column slabs (each (t, 1, ...)), combined into (t, t, ...)."""
+    cols = cols_of(jnp.concatenate([_combine(coefficients, rows) for coefficients in transform]))
+    return jnp.concatenate([_combine(coefficients, cols) for coefficients in transform], 1)
 
 
 def _tiles(x, padding, out_sizes):
@@ -101,17 +97,25 @@ def _tiles(x, padding, out_sizes):
     pads = [(lo, 2 * blocks + 2 - size - lo, 0)
             for size, (lo, _), blocks in zip(x.shape[2:], padding, (th, tw))]
     x = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * 2 + pads)
-    phases = _split2(jnp.transpose(x.reshape(n, c, th + 1, 2, tw + 1, 2), (3, 5, 1, 0, 2, 4)))
-    tile = [[phases[k % 2][l % 2][:, :, k // 2:k // 2 + th, l // 2:l // 2 + tw] for l in range(4)]
-            for k in range(4)]
-    v = _stack2([[_combine(_B_T[a], _B_T[b], tile) for b in range(4)] for a in range(4)])
+    # (2, 2, C, N, th + 1, tw + 1): row phase, column phase; tile row k of block i is row
+    # i + k // 2 of row phase k % 2, and the same for columns
+    phases = jnp.split(jnp.transpose(x.reshape(n, c, th + 1, 2, tw + 1, 2), (3, 5, 1, 0, 2, 4)), 2)
+    rows = [phases[k % 2][..., k // 2:k // 2 + th, :] for k in range(4)]
+
+    def columns(r):
+        # the row pass is written out: fused into the column pass, each of its values is
+        # recomputed by four of the outputs, which XLA compiles 2x slower and runs slower
+        col_phases = jnp.split(jax.lax.optimization_barrier(r), 2, 1)
+        return [col_phases[l % 2][..., l // 2:l // 2 + tw] for l in range(4)]
+
+    v = _rows_then_columns(rows, _B_T, columns)
     return v.reshape(16, c, n * th * tw)
 
 
 def _kernel_tiles(w):
     """w (O, C, 3, 3) -> U (16, O, C)."""
-    taps = _split2(jnp.transpose(w, (2, 3, 0, 1)))
-    u = _stack2([[_combine(_G[a], _G[b], taps) for b in range(4)] for a in range(4)])
+    taps = jnp.transpose(w, (2, 3, 0, 1))
+    u = _rows_then_columns(jnp.split(taps, 3), _G, lambda r: jnp.split(r, 3, 1))
     return u.reshape(16, *w.shape[:2])
 
 
@@ -119,7 +123,9 @@ def _output(m, n, out_sizes):
     """M (16, O, N * tiles) -> y (N, O, *out_sizes): each 2x2 block, interleaved."""
     th, tw = _block_grid(out_sizes)
     o = m.shape[1]
-    blocks = _split2(m.reshape(4, 4, o, n, th, tw))
-    y = _stack2([[_combine(_A_T[r], _A_T[q], blocks) for q in range(2)] for r in range(2)])
+    # one product with A^T (x) A^T (4 x 16): as adds, its transpose (in the backward) was a
+    # 16-output fusion that took 0.7 s to compile for a (2, 64, 56x56) layer
+    a = jnp.asarray(np.kron(_A_T, _A_T), m.dtype)
+    y = jax.lax.dot_general(a, m, (((1,), (0,)), ((), ()))).reshape(2, 2, o, n, th, tw)
     y = jnp.transpose(y, (3, 2, 4, 0, 5, 1)).reshape(n, o, 2 * th, 2 * tw)
     return y[:, :, :out_sizes[0], :out_sizes[1]]
