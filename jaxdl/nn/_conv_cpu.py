@@ -146,14 +146,17 @@ _MAP_IMAGES = 16
 _WINOGRAD_BLOCKS = 96
 _WINOGRAD_CHANNELS = 64
 # On more than one core its many small loops and products scale worse than one convolution or
-# product: it lost on two cores with 64 channels on 16x16 and 32x32 maps (3.5 against 3.1 ms at
-# (8, 64, 16x16); 26.3 against 24.0 at batch 16 on 32x32), 128 channels on 8x8 maps at batch 8
-# and 256 on 14x14 at batch 2 (9.6 against 8.8 ms). It won with blocks x channels of at least
-# _WINOGRAD_WORK_MULTICORE ((2, 128, 28x28) -> 128: 6.9 against 8.3 ms; (8, 512, 8x8) -> 512 30
-# against 38) and on maps of _WINOGRAD_HUGE_BLOCKS blocks ((2, 64, 224x224) -> 64: 134 against 179).
+# product, so small layers keep the lowering chosen before: two cores, forward+backward, ms,
+# Winograd against that lowering (2026-12-06, Zen 4, the separable transforms of stop 45): it
+# lost with 64 channels on 16x16 maps at batch 8 (512 blocks: 4.2 against 3.4) and tied with
+# 128 channels on 8x8 at batch 8 (channels x blocks 2^14: 2.8 against 2.8); it won from
+# channels x blocks of _WINOGRAD_WORK_MULTICORE with 128 channels or more ((2, 256, 14x14) ->
+# 256, 98 blocks: 7.2 against 8.9; (2, 384, 13x13) -> 256: 10.4 against 11.7), and of
+# _WINOGRAD_WORK_NARROW with fewer ((2, 64, 56x56) -> 64: 8.1 against 10.2; (8, 64, 32x32) ->
+# 64: 10.0 against 11.8).
 _WINOGRAD_CHANNELS_MULTICORE = 128
-_WINOGRAD_WORK_MULTICORE = 2 ** 15
-_WINOGRAD_HUGE_BLOCKS = 2 ** 13
+_WINOGRAD_WORK_MULTICORE = 20_000
+_WINOGRAD_WORK_NARROW = 2 ** 16
 # Its transformed tiles and products, 16 x channels x blocks each, are four times the
 # activations they come from, and the tiles are kept for the weight gradient: above this many
 # elements (128 MiB of float32) a layer keeps XLA's convolution, whose working set is small.
@@ -240,9 +243,8 @@ def _takes_winograd(in_channels, out_channels, blocks):
         return False
     if _cores() == 1:
         return True
-    return ((channels >= _WINOGRAD_CHANNELS_MULTICORE
-             and channels * blocks >= _WINOGRAD_WORK_MULTICORE)
-            or blocks >= _WINOGRAD_HUGE_BLOCKS)
+    wide = channels >= _WINOGRAD_CHANNELS_MULTICORE
+    return channels * blocks >= (_WINOGRAD_WORK_MULTICORE if wide else _WINOGRAD_WORK_NARROW)
 
 
 def live_taps(spatial, kernel, stride, padding, dilation):

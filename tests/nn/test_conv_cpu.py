@@ -195,16 +195,17 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
 @pytest.mark.parametrize("cores", [1, 2])
 def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, monkeypatch):
     """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks takes
-    Winograd; on more, only those with 128 channels and channels x blocks of 2^15, or maps of
-    2^13 blocks (its small loops and products scale worse than one convolution)."""
+    Winograd; on more, only those with channels x blocks of 20000 (128 channels or more) or
+    2^16 (fewer): its small loops and products scale worse than one convolution."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
 
     def forward(x_shape, w_shape):
         return _conv_cpu.plan(x_shape, w_shape, (1, 1), ((1, 1),) * 2, (1, 1), 1).forward
 
     one = "winograd" if cores == 1 else None
-    assert forward((2, 56, 56, 64), (64, 64, 3, 3)) == (one or "image_matmul")  # 1568 blocks
-    assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == (one or "patches")  # 98 blocks
+    assert forward((2, 56, 56, 64), (64, 64, 3, 3)) == "winograd"  # 1568 x 64
+    assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == "winograd"  # 98 x 256
+    assert forward((8, 16, 16, 64), (64, 64, 3, 3)) == (one or "xla")  # 512 x 64
     assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == (one or "xla")  # 128 x 128
     assert forward((2, 28, 28, 128), (128, 128, 3, 3)) == "winograd"  # 392 x 128
     assert forward((8, 8, 8, 512), (512, 512, 3, 3)) == "winograd"  # 128 x 512
