@@ -104,7 +104,8 @@ def _tiles(x, padding, out_sizes):
 
     def columns(r):
         # the row pass is written out: fused into the column pass, each of its values is
-        # recomputed by four of the outputs, which XLA compiles 2x slower and runs slower
+        # recomputed by four outputs (measured with a 16-output column pass, (2, 64, 56x56)
+        # layer: 1.96 s to compile and 13.3 ms a gradient step, against 1.63 s and 12.7 ms)
         col_phases = jnp.split(jax.lax.optimization_barrier(r), 2, 1)
         return [col_phases[l % 2][..., l // 2:l // 2 + tw] for l in range(4)]
 
