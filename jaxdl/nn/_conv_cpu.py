@@ -96,6 +96,15 @@ _FEW_TAPS = 9
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
 _IMAGE_PIXELS = 196
+# Below this many output pixels (16x16) per image the per-image products keep the plain form
+# (weights as (O, K)) in every pass, not the transposed one that runs faster on large maps
+# (_per_image_product_jvp). On the Intel Xeon VM (2026-12-06), forward+backward, one core:
+# GoogLeNet's 1x1 layers with 480-832 input channels on 14x14 maps at batch 2 took 0.82-0.93x
+# the time (512 -> 128: 2.08 -> 1.75 ms; 832 -> 256: 5.95 -> 5.17), MobileNetV2's 384 -> 64 and
+# 576 -> 96 0.91-0.94x; two cores 0.91-0.95x. At 16x16 (batch 8) the transposed form won for
+# 256 -> 64 (1.80 against 1.98 ms) and tied for 512 -> 128, and at 28x28 it won by 3-13%
+# (docs/design.md, "Small maps: the plain product form").
+_TRANSPOSED_PIXELS = 256
 # A 1x1 layer on a map of fewer than _FOLDED_PIXELS (28x28) takes one product over all
 # images ("matmul") once C*O reaches _MATMUL_WEIGHTS. On maps of 14x14 to 27x27 per-image
 # products would also run, but their weight gradients, one (C, O) block per image, are then
@@ -370,8 +379,10 @@ def _patch_columns(x, kernel, p: Plan):
 def _image_matmul(x, w, p: Plan):
     columns, outs = _patch_columns(x, w.shape[2:], p)
     weights = w.reshape(w.shape[0], -1)  # (O, C*k*k)
-    # 1x1 expanding layers (MobileNet's) keep the plain form: see _per_image_product_jvp
-    y = _per_image_product(weights, columns, weights.shape[1] >= weights.shape[0])
+    # 1x1 expanding layers (MobileNet's) and small maps keep the plain form: see
+    # _per_image_product_jvp and _TRANSPOSED_PIXELS
+    transposed = weights.shape[1] >= weights.shape[0] and columns.shape[2] >= _TRANSPOSED_PIXELS
+    y = _per_image_product(weights, columns, transposed)
     return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
 
 

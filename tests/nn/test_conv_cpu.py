@@ -323,18 +323,44 @@ def test_forward_mode_through_depthwise_needs_the_switch_off(monkeypatch):
 EXPANDING = ((2, 5, 4, 3), (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1, 1)
 
 
+# _TRANSPOSED_PIXELS as 1 makes the small test maps take the transposed product form (K >= O)
+FORMS = pytest.mark.parametrize("transposed_pixels", [1, _conv_cpu._TRANSPOSED_PIXELS],
+                                ids=["large-map form", "small-map form"])
+
+
+@FORMS
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[2], GEOMETRIES[10], EXPANDING])
-def test_image_matmul_keeps_forward_mode_and_second_derivatives(geometry, cores, monkeypatch):
+def test_image_matmul_keeps_forward_mode_and_second_derivatives(geometry, cores,
+                                                                transposed_pixels, monkeypatch):
     """Its product has a custom JVP (each pass in its faster product form): forward mode,
     with a tangent on either operand or both, and forward-over-reverse match XLA's, with
     the weight gradient summed over images either way (every weight counted as large)."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
     monkeypatch.setattr(_conv_cpu, "_SLICED_SUM_WEIGHTS", 1)
+    monkeypatch.setattr(_conv_cpu, "_TRANSPOSED_PIXELS", transposed_pixels)
     x, w, base = _case(geometry)
     if geometry is EXPANDING:
         w = jnp.concatenate([w, w[:3] * 2])  # 10 outputs from 3 channels: K < O
     _assert_forward_mode_matches_xla("image_matmul", base, x, w)
+
+
+@pytest.mark.parametrize("pixels, transposed", [(14 * 14, False), (16 * 16, True)])
+def test_image_matmul_takes_the_transposed_product_form_only_on_large_maps(pixels, transposed,
+                                                                           monkeypatch):
+    """Per-image products with at least as many patch rows as outputs take the transposed
+    form from _TRANSPOSED_PIXELS output pixels on (16x16 maps), the plain one below; an
+    expanding layer (rows < outputs) keeps the plain form on any map."""
+    seen = []
+    real = _conv_cpu._per_image_product
+    monkeypatch.setattr(_conv_cpu, "_per_image_product",
+                        lambda w, columns, form: seen.append(form) or real(w, columns, form))
+    side = math.isqrt(pixels)
+    plan = Plan((1, 1), ((0, 0), (0, 0)), (1, 1), 1, *["image_matmul"] * 3, channels_last=False)
+    for channels, outputs, expected in [(8, 4, transposed), (4, 8, False)]:
+        x = jnp.ones((1, channels, side, side))
+        jax.eval_shape(lambda x, w: _conv_cpu.conv(x, w, plan), x, jnp.ones((outputs, channels, 1, 1)))
+        assert seen.pop() is expected, (pixels, channels, outputs)
 
 
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[9]])
@@ -367,12 +393,15 @@ def _assert_forward_mode_matches_xla(lowering, base, x, w):
                                    atol=1e-4 * float(jnp.abs(expected).max()))
 
 
+@FORMS
 @pytest.mark.parametrize("cores", [1, 2])
-def test_weight_gradient_sums_images_by_slices_on_more_than_one_core(cores, monkeypatch):
+def test_weight_gradient_sums_images_by_slices_on_more_than_one_core(cores, transposed_pixels,
+                                                                    monkeypatch):
     """On one core the per-image weight gradients are summed by a reduce over the image axis
     (XLA hands it to YNNPACK); on more, for weights of _SLICED_SUM_WEIGHTS elements or more,
     by adds of slices, as that reduce ran up to 30x slower on two cores. Both match XLA's."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+    monkeypatch.setattr(_conv_cpu, "_TRANSPOSED_PIXELS", transposed_pixels)
     x, w, base = _case(GEOMETRIES[0])  # (2, 9, 7, 6) -> 5 channels, 3x3: a (5, 54) weight
     first = Plan(base.stride, base.padding, base.dilation, base.groups, *["image_matmul"] * 3,
                  channels_last=False)
