@@ -1,5 +1,5 @@
 """A/B of one model's training step in one process: jaxdl as it is (A) against jaxdl with
-module constants overridden while its step compiles (B), and torch eager beside them.
+module constants overridden (B), and torch eager beside them.
 
     python benchmarks/ab.py mobilenet_v2@224 --set jaxdl.nn._conv_cpu._TRANSPOSED_PIXELS=0
     python benchmarks/ab.py vgg16@64 --threads 2 --set jaxdl.nn._conv_cpu._WINOGRAD_BLOCKS=10**9

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_ab():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    # ab.py puts benchmarks/ on sys.path itself, for its own imports (_timing, models)
     spec = importlib.util.spec_from_file_location("ab", ROOT / "benchmarks/ab.py")
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
