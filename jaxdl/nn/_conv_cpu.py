@@ -36,9 +36,10 @@ a strided one. The same layers written without a convolution op are fast:
   (O*out pixels, C*in pixels) matrix built from the kernel. Each output pixel reads every
   input pixel through one offset, so it multiplies no padding (patches would do 9 products
   per output where 4 read data).
-- "winograd": channels-first, 3x3 kernels with stride 1 and no dilation: Winograd's
-  F(2x2, 3x3), 16 matrix products over transformed tiles, 2.25x fewer multiply-adds
-  (`_winograd`), for layers with enough tiles and channels.
+- "winograd" and "winograd4": channels-first, 3x3 kernels with stride 1 and no dilation:
+  Winograd's F(2x2, 3x3), 16 matrix products over transformed tiles, 2.25x fewer
+  multiply-adds, and F(4x4, 3x3), 36 products, 4x fewer (`_winograd`), for layers with
+  enough output blocks and channels; "winograd4" where there are enough 4x4 blocks.
 
 Before any of them, `crop_dead_taps` drops the kernel offsets that read only padding (a 3x3
 layer on a 1x1 map keeps its centre), and `plan` sees the cropped kernel.
@@ -166,9 +167,23 @@ _WINOGRAD_CHANNELS = 64
 _WINOGRAD_CHANNELS_MULTICORE = 128
 _WINOGRAD_WORK_MULTICORE = 20_000
 _WINOGRAD_WORK_NARROW = 2 ** 16
-# Its transformed tiles and products, 16 x channels x blocks each, are four times the
-# activations they come from, and the tiles are kept for the weight gradient: above this many
-# elements (128 MiB of float32) a layer keeps XLA's convolution, whose working set is small.
+# A layer that takes Winograd takes F(4x4, 3x3) ("winograd4") once it has _WINOGRAD4_BLOCKS 4x4
+# output blocks: 4x fewer multiply-adds than patches, and tiles 2.25x its input against F(2x2,
+# 3x3)'s 4x.
+# Forward+backward, ms, F(2x2) against F(4x4) (2026-12-06, Intel Xeon VM, one core; torch in
+# brackets): (8, 64, 64x64) -> 64 73.3 / 56.8 (50.7); (2, 64, 56x56) -> 64 9.7 / 7.9 (9.6);
+# (2, 128, 28x28) -> 128 (98 blocks) 7.6 / 6.6; (8, 256, 16x16) -> 256 33.5 / 28.4; (8, 512,
+# 16x16) -> 512 120 / 107; (2, 512, 28x28) -> 512 (98 blocks) 105 / 106; (8, 256, 14x14) ->
+# 256 (a map cropped from 16x16) 29.0 / 28.4. With 32 blocks it lost: (8, 512, 8x8) 41 / 53,
+# (2, 256, 14x14) 10.2 / 12.1, the kernel's 36 transformed positions and their gradients
+# outweighing the products. Two cores: (8, 64, 64x64) 43.9 / 35.5, (2, 64, 56x56) 8.4 / 7.5,
+# (16, 128, 16x16) 12.0 / 11.9, (2, 512, 28x28) 56 / 58 (docs/design.md, "Winograd with 4x4
+# output blocks").
+_WINOGRAD4_BLOCKS = 96
+# F(2x2, 3x3)'s transformed tiles and products, 16 x channels x blocks each, are four times the
+# activations they come from (F(4x4, 3x3)'s 2.25 times), and the tiles are kept for the weight
+# gradient: above this many elements (128 MiB of float32) a layer keeps XLA's convolution,
+# whose working set is small.
 # VGG-16 at 224 px with 256 images would otherwise need a 37 GiB working set for its first
 # layers (`dl.memory.plan`); ResNet-18 and VGG-16 at 224 px with 2 images stay under it.
 _WINOGRAD_TILE_ELEMENTS = 2 ** 25
@@ -212,8 +227,9 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
     rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
     if (tuple(kernel) == (3, 3) and set(stride) | set(dilation) == {1}
             and min(itertools.chain(*padding)) >= 0
-            and _takes_winograd(x_shape[-1], w_shape[0], _winograd.blocks(x_shape[0], outs))):
-        return _channels_first(geometry, "winograd")
+            and _takes_winograd(x_shape[-1], w_shape[0], _winograd.blocks(x_shape[0], outs, 2))):
+        large = _winograd.blocks(x_shape[0], outs, 4) >= _WINOGRAD4_BLOCKS
+        return _channels_first(geometry, "winograd4" if large else "winograd")
     if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
             and rows * w_shape[0] >= _MATMUL_WEIGHTS):
         return _channels_first(geometry, "matmul")
@@ -573,13 +589,16 @@ def _fold_multiplier(a, x_shape, p: Plan):
     return a.reshape(*a.shape[:axis], c, -1, *a.shape[axis + 1:]).sum(axis + 1)
 
 
-def _winograd_3x3(x, w, p: Plan):
-    return _winograd.conv3x3(x, w, p.padding)
+def _winograd_3x3(m):
+    """The lowering by Winograd's F(m x m, 3x3)."""
+    def lower(x, w, p: Plan):
+        return _winograd.conv3x3(x, w, p.padding, m)
+    return lower
 
 
 _LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts,
               "image_matmul": _image_matmul, "matmul": _matmul, "whole_map": _whole_map,
-              "winograd": _winograd_3x3}
+              "winograd": _winograd_3x3(2), "winograd4": _winograd_3x3(4)}
 
 
 def conv(x, w, p: Plan):

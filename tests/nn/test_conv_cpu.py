@@ -46,7 +46,7 @@ def _lowerings(plan, channels, channels_last=True, kernel=None):
     unit = set(plan.stride) | set(plan.dilation) == {1}  # what "whole_map" takes
     winograd = groups == 1 and unit and tuple(kernel) == (3, 3)  # 2-d 3x3, stride 1
     return (["image_matmul", "matmul"] * (groups == 1) + ["whole_map"] * (groups == 1 and unit)
-            + ["shifts"] * (groups == channels) + ["winograd"] * winograd)
+            + ["shifts"] * (groups == channels) + ["winograd", "winograd4"] * winograd)
 
 
 def _case(geometry, dtype=jnp.float32):
@@ -140,10 +140,13 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((8, 8, 8, 32), (192, 32, 1, 1)) == ("xla",) * 3 + (True,)
     # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
     assert lowerings((16, 32, 32, 3), (64, 3, 3, 3)) == ("image_matmul",) * 3 + (False,)
-    # 3x3 stride 1 with 64 channels or more and 96 output blocks (2x2) or more: Winograd
-    assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("winograd",) * 3 + (False,)
-    assert lowerings((2, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd"  # 98 blocks
-    assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[0] == "winograd"  # 128 blocks
+    # 3x3 stride 1 with 64 channels or more and 96 output blocks (2x2) or more: Winograd,
+    # F(4x4, 3x3) once there are 96 4x4 blocks
+    assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("winograd4",) * 3 + (False,)
+    assert lowerings((2, 28, 28, 128), (128, 128, 3, 3))[0] == "winograd4"  # 98 4x4 blocks
+    assert lowerings((8, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd4"  # 128, cropped
+    assert lowerings((2, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd"  # 98 (32 4x4)
+    assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[0] == "winograd"  # 128 (32 4x4)
     assert lowerings((2, 14, 14, 32), (64, 32, 3, 3))[0] == "image_matmul"  # 32 channels
     assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[0] == "xla"  # 64 blocks
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
@@ -194,38 +197,40 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, monkeypatch):
-    """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks takes
+    """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks (2x2) takes
     Winograd; on more, only those with channels x blocks of 20000 (128 channels or more) or
-    2^16 (fewer): its small loops and products scale worse than one convolution."""
+    2^16 (fewer): its small loops and products scale worse than one convolution. Either way,
+    with 96 4x4 blocks it takes F(4x4, 3x3)."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
 
     def forward(x_shape, w_shape):
         return _conv_cpu.plan(x_shape, w_shape, (1, 1), ((1, 1),) * 2, (1, 1), 1).forward
 
-    one = "winograd" if cores == 1 else None
-    assert forward((2, 56, 56, 64), (64, 64, 3, 3)) == "winograd"  # 1568 x 64
+    one = cores == 1
+    assert forward((2, 56, 56, 64), (64, 64, 3, 3)) == "winograd4"  # 1568 x 64
     assert forward((2, 14, 14, 256), (256, 256, 3, 3)) == "winograd"  # 98 x 256
-    assert forward((8, 16, 16, 64), (64, 64, 3, 3)) == (one or "xla")  # 512 x 64
-    assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == (one or "xla")  # 128 x 128
-    assert forward((2, 28, 28, 128), (128, 128, 3, 3)) == "winograd"  # 392 x 128
+    assert forward((8, 16, 16, 64), (64, 64, 3, 3)) == ("winograd4" if one else "xla")  # 512
+    assert forward((8, 8, 8, 128), (128, 128, 3, 3)) == ("winograd" if one else "xla")  # 128
+    assert forward((2, 28, 28, 128), (128, 128, 3, 3)) == "winograd4"  # 392 x 128
     assert forward((8, 8, 8, 512), (512, 512, 3, 3)) == "winograd"  # 128 x 512
-    assert forward((2, 224, 224, 64), (64, 64, 3, 3)) == "winograd"  # 25088 blocks
+    assert forward((2, 224, 224, 64), (64, 64, 3, 3)) == "winograd4"  # 25088 blocks
     assert forward((4, 224, 224, 64), (64, 64, 3, 3)) == "xla"  # tiles over 2^25 elements
     assert forward((2, 7, 7, 512), (512, 512, 3, 3)) == "patches"  # 32 blocks
     assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((0, 0),) * 2, (1, 1),
-                          1).forward == "winograd"  # no padding
+                          1).forward == "winograd4"  # no padding: 26x26, 98 4x4 blocks
     assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((1, 1),) * 2, (2, 2),
-                          1).forward != "winograd"  # dilated
+                          1).forward not in ("winograd", "winograd4")  # dilated
 
 
+@pytest.mark.parametrize("lowering", ["winograd", "winograd4"])
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4]])
-def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry):
+def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry, lowering):
     """Plain autodiff of transforms and products: forward mode, forward-over-reverse and the
     per-example gradients of vmap match XLA's convolution."""
     x, w, base = _case(geometry)
-    _assert_forward_mode_matches_xla("winograd", base, x, w)
-    plan = dataclasses.replace(base, forward="winograd", input_grad="winograd",
-                               weight_grad="winograd", channels_last=False)
+    _assert_forward_mode_matches_xla(lowering, base, x, w)
+    plan = dataclasses.replace(base, forward=lowering, input_grad=lowering,
+                               weight_grad=lowering, channels_last=False)
 
     def per_example(p):
         return jax.vmap(jax.grad(lambda b, a: jnp.sum(jnp.tanh(
@@ -236,17 +241,22 @@ def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry):
                                    atol=1e-4 * float(jnp.abs(expected).max()))
 
 
-def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(monkeypatch):
-    """A 64-channel 3x3 layer with 100 2x2 output blocks runs Winograd (one core) and equals
-    torch's Conv2d in value and in the gradients of input, weight and bias."""
+# (input, lowering): 100 2x2 output blocks, 25 4x4 ones; 110 4x4 blocks (399 2x2). Neither
+# map divides into whole blocks, so the last blocks are cropped.
+@pytest.mark.parametrize("shape, lowering", [((1, 64, 19, 20), "winograd"),
+                                             ((1, 64, 38, 41), "winograd4")])
+def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(shape, lowering,
+                                                                        monkeypatch):
+    """A 64-channel 3x3 layer runs Winograd (one core) and equals torch's Conv2d in value and
+    in the gradients of input, weight and bias."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: 1)
     torch.manual_seed(0)
     torch_model = torch.nn.Conv2d(64, 64, 3, padding=1)
     model = nn.Conv2d(64, 64, 3, padding=1)
     model.load_state_dict(torch_model.state_dict())
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 64, 19, 20)).astype(np.float32)  # odd rows: a cropped block
-    cot = rng.standard_normal((1, 64, 19, 20)).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    cot = rng.standard_normal(shape).astype(np.float32)
 
     def loss(m, x):
         return jnp.sum(m(x) * jnp.asarray(cot))
@@ -261,9 +271,13 @@ def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(monkeypa
     for name, param in torch_model.named_parameters():
         np.testing.assert_allclose(grads[name], param.grad.numpy(), rtol=1e-5,
                                    atol=1e-5 * float(param.grad.abs().max()), err_msg=name)
-    (entry,) = [c for c in dl.backends.cpu.choices() if c["input"] == (1, 64, 19, 20)]
-    assert entry["forward"] == "winograd"
+    (entry,) = [c for c in dl.backends.cpu.choices() if c["input"] == shape]
+    assert entry["forward"] == lowering
 
+
+def test_the_benchmark_switch_retraces_and_takes_xla_convolution(monkeypatch):
+    """`dl.backends.cpu.benchmark = False` takes XLA's convolution where the rule takes
+    another lowering, and a compiled step retraces when the switch changes."""
     torch_model = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
     model = nn.Conv2d(8, 8, 3, padding=1, groups=8)
     model.load_state_dict(torch_model.state_dict())
