@@ -35,8 +35,9 @@ The transforms are written for XLA's CPU fusion, for their transposes and for co
 
 The values differ from a direct convolution's by rounding only. F(2x2, 3x3)'s coefficients
 are 0, +-1 and +-1/2 and its transforms add at most 9 terms: relative 1e-6 in float32.
-F(4x4, 3x3)'s reach 5 in B^T and 8 in A^T and G has thirds, so its rounding is larger, about
-1e-5 relative to the output's largest value (cuDNN's F(4x4, 3x3) is in the same range).
+F(4x4, 3x3)'s reach 5 in B^T and 8 in A^T, and G's sixths and twenty-fourths are inexact, so
+its rounding is about ten times larger: 4e-6 to 1.4e-5 relative to the largest value, against
+XLA's convolution's 5e-7 to 9e-6 (docs/design.md, "Winograd with 4x4 output blocks").
 Half-precision inputs are transformed and multiplied in float32 and the output rounded once,
 as a product with float32 accumulation would be.
 """
