@@ -168,24 +168,23 @@ _WINOGRAD_CHANNELS_MULTICORE = 128
 _WINOGRAD_WORK_MULTICORE = 20_000
 _WINOGRAD_WORK_NARROW = 2 ** 16
 # A layer that takes Winograd on one core takes F(4x4, 3x3) ("winograd4"), on any number of
-# cores, once it has _WINOGRAD4_BLOCKS 4x4 output blocks and at least one per
-# _WINOGRAD4_CHANNELS_PER_BLOCK channels of its wider side: 4x fewer multiply-adds than patches,
-# and tiles 2.25x its input against F(2x2, 3x3)'s 4x, but the kernel's side of the work (its
-# transform, its 36 positions' gradients: 36 x C x O) grows against the tiles' (36 x C x
-# blocks). Forward+backward, ms, F(2x2) against F(4x4) (2026-12-06, Intel Xeon VM, one core;
-# torch in brackets): (8, 64, 64x64) -> 64 73.3 / 56.8 (50.7); (2, 64, 56x56) -> 64 9.7 / 7.9
-# (9.6); (8, 256, 16x16) -> 256 (128 blocks) 33.5 / 28.4; (8, 512, 16x16) -> 512 (128) 120 /
-# 107; (2, 128, 28x28) -> 128 (98) 7.6 / 6.6; (16, 128, 8x8) -> 256 (64) 8.95 / 8.59; (16, 64,
-# 8x8) -> 192 (64) 3.80 / 3.37; (8, 128, 8x8) -> 128 (32) 2.73 / 2.75. With fewer blocks per
-# channel it lost: (2, 512, 28x28) -> 512 (98) 105 / 106, (8, 128, 8x8) -> 192 (32) 3.8 / 4.3,
-# (8, 256, 8x8) -> 512 (32) 20.4 / 24.1, (2, 256, 14x14) -> 256 (32) 10.2 / 12.1; and, the one
-# layer the rule misjudges, (16, 256, 8x8) -> 256 (64) 17.7 / 17.9. On two cores F(4x4, 3x3)
-# also beat what was chosen without it (XLA's convolution or image_matmul, ms): (8, 64, 16x16)
-# -> 64 3.6 / 2.5, (16, 64, 8x8) -> 64 1.8 / 1.4, (2, 96, 28x28) -> 128 5.4 / 4.2, (8, 128,
-# 8x8) -> 128 2.9 / 2.4, (8, 96, 8x8) -> 128 2.4 / 1.9, and F(2x2, 3x3): (8, 64, 64x64) -> 64
-# 43.9 / 35.5 (docs/design.md, "Winograd with 4x4 output blocks").
-_WINOGRAD4_BLOCKS = 32
-_WINOGRAD4_CHANNELS_PER_BLOCK = 4
+# cores, once it has _WINOGRAD4_BLOCKS 4x4 output blocks, or _WINOGRAD4_BLOCKS_NARROW with at
+# most _WINOGRAD4_NARROW_CHANNELS channels: 4x fewer multiply-adds than patches, and tiles 2.25x
+# its input against F(2x2, 3x3)'s 4x. Forward+backward, ms, F(2x2) against F(4x4) (2026-12-06,
+# Intel Xeon VM, one core; torch in brackets): (8, 64, 64x64) -> 64 73.3 / 56.8 (50.7); (2, 64,
+# 56x56) -> 64 9.7 / 7.9 (9.6); (8, 256, 16x16) -> 256 (128 blocks) 33.5 / 28.4; (8, 512, 16x16)
+# -> 512 (128) 120 / 107; (8, 256, 14x14) -> 256 (128, cropped from 16x16) 29.0 / 28.4; (2,
+# 128, 28x28) -> 128 (98) 7.6 / 6.6; (16, 64, 8x8) -> 192 (64) 3.80 / 3.37; (16, 128, 8x8) ->
+# 128 (64) 4.57 / 4.23. With fewer blocks, or more channels, the kernel's 36 transformed
+# positions and their gradients outweigh the products: (16, 256, 8x8) -> 256 (64) 17.7 / 17.9,
+# (2, 512, 28x28) -> 512 (98) 105 / 106, (8, 128, 8x8) -> 192 (32) 3.8 / 4.3, (8, 512, 8x8) ->
+# 512 (32) 41 / 53. On two cores F(4x4, 3x3) also beat what was chosen without it (XLA's
+# convolution or image_matmul, ms): (8, 64, 16x16) -> 64 3.6 / 2.5, (16, 64, 8x8) -> 64 1.8 /
+# 1.4, (2, 96, 28x28) -> 128 5.4 / 4.2, (16, 128, 8x8) -> 128 4.7 / 4.0, and F(2x2, 3x3):
+# (8, 64, 64x64) -> 64 43.9 / 35.5 (docs/design.md, "Winograd with 4x4 output blocks").
+_WINOGRAD4_BLOCKS = 128
+_WINOGRAD4_BLOCKS_NARROW = 64
+_WINOGRAD4_NARROW_CHANNELS = 128
 # F(2x2, 3x3)'s transformed tiles and products, 16 x channels x blocks each, are four times the
 # activations they come from (F(4x4, 3x3)'s 2.25 times), and the tiles are kept for the weight
 # gradient: above this many elements (128 MiB of float32) a layer keeps XLA's convolution,
@@ -274,7 +273,8 @@ def _winograd_block_size(in_channels, out_channels, n, outs):
     if (channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS
             or 16 * max(in_channels, out_channels) * blocks > _WINOGRAD_TILE_ELEMENTS):
         return None
-    if blocks4 >= max(_WINOGRAD4_BLOCKS, max(in_channels, out_channels) / _WINOGRAD4_CHANNELS_PER_BLOCK):
+    if blocks4 >= _WINOGRAD4_BLOCKS or (blocks4 >= _WINOGRAD4_BLOCKS_NARROW
+                                        and channels <= _WINOGRAD4_NARROW_CHANNELS):
         return 4
     if _cores() == 1:
         return 2
