@@ -168,23 +168,21 @@ _WINOGRAD_CHANNELS_MULTICORE = 128
 _WINOGRAD_WORK_MULTICORE = 20_000
 _WINOGRAD_WORK_NARROW = 2 ** 16
 # A layer that takes Winograd on one core takes F(4x4, 3x3) ("winograd4"), on any number of
-# cores, once it has _WINOGRAD4_BLOCKS 4x4 output blocks, or _WINOGRAD4_BLOCKS_NARROW with at
-# most _WINOGRAD4_NARROW_CHANNELS channels: 4x fewer multiply-adds than patches, and tiles 2.25x
-# its input against F(2x2, 3x3)'s 4x. Forward+backward, ms, F(2x2) against F(4x4) (2026-12-06,
-# Intel Xeon VM, one core; torch in brackets): (8, 64, 64x64) -> 64 73.3 / 56.8 (50.7); (2, 64,
-# 56x56) -> 64 9.7 / 7.9 (9.6); (8, 256, 16x16) -> 256 (128 blocks) 33.5 / 28.4; (8, 512, 16x16)
-# -> 512 (128) 120 / 107; (8, 256, 14x14) -> 256 (128, cropped from 16x16) 29.0 / 28.4; (2,
-# 128, 28x28) -> 128 (98) 7.6 / 6.6; (16, 64, 8x8) -> 192 (64) 3.80 / 3.37; (16, 128, 8x8) ->
-# 128 (64) 4.57 / 4.23. With fewer blocks, or more channels, the kernel's 36 transformed
-# positions and their gradients outweigh the products: (16, 256, 8x8) -> 256 (64) 17.7 / 17.9,
-# (2, 512, 28x28) -> 512 (98) 105 / 106, (8, 128, 8x8) -> 192 (32) 3.8 / 4.3, (8, 512, 8x8) ->
-# 512 (32) 41 / 53. On two cores F(4x4, 3x3) also beat what was chosen without it (XLA's
-# convolution or image_matmul, ms): (8, 64, 16x16) -> 64 3.6 / 2.5, (16, 64, 8x8) -> 64 1.8 /
-# 1.4, (2, 96, 28x28) -> 128 5.4 / 4.2, (16, 128, 8x8) -> 128 4.7 / 4.0, and F(2x2, 3x3):
-# (8, 64, 64x64) -> 64 43.9 / 35.5 (docs/design.md, "Winograd with 4x4 output blocks").
-_WINOGRAD4_BLOCKS = 128
-_WINOGRAD4_BLOCKS_NARROW = 64
-_WINOGRAD4_NARROW_CHANNELS = 128
+# cores, once it has _WINOGRAD4_BLOCKS 4x4 output blocks: 4x fewer multiply-adds than patches,
+# and tiles 2.25x its input against F(2x2, 3x3)'s 4x. Forward+backward, ms, F(2x2) against
+# F(4x4) (2026-12-06, Intel Xeon VM, one core; torch in brackets): (8, 64, 64x64) -> 64 73.3 /
+# 56.8 (50.7); (2, 64, 56x56) -> 64 9.7 / 7.9 (9.6); (8, 256, 16x16) -> 256 (128 blocks) 33.5 /
+# 28.4; (8, 512, 16x16) -> 512 (128) 120 / 107; (2, 128, 28x28) -> 128 (98) 7.6 / 6.6; (2, 512,
+# 28x28) -> 512 (98) 105 / 106. With 32 blocks it lost ((8, 512, 8x8) 41 / 53; (2, 256, 14x14)
+# 10.2 / 12.1: the kernel's 36 transformed positions and their gradients outweigh the
+# products). Narrow layers with 32-64 blocks won alone ((16, 64, 8x8) -> 192 (64) 3.80 / 3.37;
+# two cores (8, 128, 8x8) -> 128 (32), XLA's convolution 2.9 / 2.4) but not in the steps
+# (`benchmarks/ab.py`, ResNet-18 at 32 px, VGG-16 at 32 px, GoogLeNet at 32 px: within 2% either
+# way; ResNet-50 at 64 px two cores 158.5 -> 163.0 ms), so they keep F(2x2, 3x3). On two cores
+# F(4x4, 3x3) also beat what the two-core rule had chosen (XLA's convolution or image_matmul,
+# ms): (8, 64, 16x16) -> 64 3.6 / 2.5, (2, 96, 28x28) -> 128 5.4 / 4.2 (docs/design.md,
+# "Winograd with 4x4 output blocks").
+_WINOGRAD4_BLOCKS = 96
 # F(2x2, 3x3)'s transformed tiles and products, 16 x channels x blocks each, are four times the
 # activations they come from (F(4x4, 3x3)'s 2.25 times), and the tiles are kept for the weight
 # gradient: above this many elements (128 MiB of float32) a layer keeps XLA's convolution,
@@ -273,8 +271,7 @@ def _winograd_block_size(in_channels, out_channels, n, outs):
     if (channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS
             or 16 * max(in_channels, out_channels) * blocks > _WINOGRAD_TILE_ELEMENTS):
         return None
-    if blocks4 >= _WINOGRAD4_BLOCKS or (blocks4 >= _WINOGRAD4_BLOCKS_NARROW
-                                        and channels <= _WINOGRAD4_NARROW_CHANNELS):
+    if blocks4 >= _WINOGRAD4_BLOCKS:
         return 4
     if _cores() == 1:
         return 2
