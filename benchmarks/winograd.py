@@ -102,5 +102,6 @@ def main():
         print(f"| ({n}, {c}, {h}x{h}) -> {o} | {times} ({rule}) | {torch_ms:.2f} | {errors} |",
               flush=True)
 
+
 if __name__ == "__main__":
     main()
