@@ -190,6 +190,13 @@ _WINOGRAD4_BLOCKS = 96
 # VGG-16 at 224 px with 256 images would otherwise need a 37 GiB working set for its first
 # layers (`dl.memory.plan`); ResNet-18 and VGG-16 at 224 px with 2 images stay under it.
 _WINOGRAD_TILE_ELEMENTS = 2 ** 25
+# On more than one core Winograd's tile positions are split into this many independent chains
+# of transforms and products, which run side by side (`_winograd.conv3x3`). `benchmarks/ab.py`,
+# one process, two cores, ms, one chain against two (2026-12-06, Intel Xeon VM): ResNet-18 at
+# 224 px 161.6 / 153.2, 149.9 / 145.4, 152.9 / 143.3; ResNet-50 at 224 px, VGG-16 at 64 px and
+# ResNet-18 at 64 px within 1%. Three chains ran as two. Each layer's first step takes 0.1 s
+# more (ResNet-18 at 224 px 0.5-1.0 s); on one core they would buy nothing, so it keeps one.
+_WINOGRAD_GROUPS_MULTICORE = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -600,7 +607,8 @@ def _fold_multiplier(a, x_shape, p: Plan):
 def _winograd_3x3(m):
     """The lowering by Winograd's F(m x m, 3x3)."""
     def lower(x, w, p: Plan):
-        return _winograd.conv3x3(x, w, p.padding, m)
+        groups = _WINOGRAD_GROUPS_MULTICORE if _cores() > 1 else 1
+        return _winograd.conv3x3(x, w, p.padding, m, groups)
     return lower
 
 

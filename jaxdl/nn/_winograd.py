@@ -90,16 +90,25 @@ def _block_grid(out_sizes, m):
     return tuple(-(-size // m) for size in out_sizes)
 
 
-def conv3x3(x, w, padding, m):
+def conv3x3(x, w, padding, m, groups=1):
     """The stride-1 convolution of x (N, C, H, W) with w (O, C, 3, 3), padding ((lo, hi),
     (lo, hi)) of zeros (non-negative), by F(m x m, 3x3): (N, O, H + lo + hi - 2, W + lo +
-    hi - 2)."""
+    hi - 2).
+
+    `groups` splits the t^2 tile positions into that many runs of consecutive ones, each
+    with its own transforms and products: chains of ops that do not depend on each other,
+    which XLA's CPU runtime runs side by side on more than one core. One batched product
+    over all positions ran on one core only: YNNPACK splits a product's output, not its
+    batch, and an output of 64 x 392 is one piece ((36, 64, 64) x (36, 64, 392) 0.83 ms on
+    one core, 0.89 on two), while twelve independent ones took 20.9 ms on one core and 10.5
+    on two (2026-12-06, Intel Xeon VM; docs/design.md, "Winograd on two cores")."""
     transforms = _TRANSFORMS[m]
     acc = accumulation_dtype(x.dtype)
     out_sizes = [size + lo + hi - 2 for size, (lo, hi) in zip(x.shape[2:], padding)]
-    tiles = _tiles(x.astype(acc), padding, out_sizes, transforms)
-    products = jax.lax.dot_general(_kernel_tiles(w.astype(acc), transforms), tiles,
-                                   (((2,), (1,)), ((0,), (0,))))
+    tiles = _tiles(x.astype(acc), padding, out_sizes, transforms, groups)
+    kernels = _kernel_tiles(w.astype(acc), transforms, groups)
+    products = [jax.lax.dot_general(u, v, (((2,), (1,)), ((0,), (0,))))
+                for u, v in zip(kernels, tiles)]
     return _output(products, x.shape[0], out_sizes, transforms).astype(x.dtype)
 
 
@@ -118,16 +127,22 @@ def _combine(coefficients, pieces):
     return total
 
 
-def _rows_then_columns(rows, transform, cols_of):
+def _rows_then_columns(rows, transform, cols_of, groups):
     """The separable transform of t x t (or 3x3) tiles: `rows` are the tile's row slabs
     (each (1, q, ...)), combined by `transform` into (t, q, ...); `cols_of` takes that
-    array to its column slabs (each (t, 1, ...)), combined into (t, t, ...)."""
-    cols = cols_of(jnp.concatenate([_combine(coefficients, rows) for coefficients in transform]))
-    return jnp.concatenate([_combine(coefficients, cols) for coefficients in transform], 1)
+    array to its column slabs (each (t, 1, ...)), combined into (t, t, ...). With `groups`,
+    the transform's rows are split into that many runs, each transformed on its own:
+    a list of (t / groups, t, ...)."""
+    out = []
+    for part in np.array_split(transform, groups):
+        cols = cols_of(jnp.concatenate([_combine(coefficients, rows) for coefficients in part]))
+        out.append(jnp.concatenate([_combine(coefficients, cols) for coefficients in transform], 1))
+    return out
 
 
-def _tiles(x, padding, out_sizes, transforms):
-    """x (N, C, H, W) -> V (t^2, C, N * blocks): each tile transformed, tile positions first."""
+def _tiles(x, padding, out_sizes, transforms, groups):
+    """x (N, C, H, W) -> V (t^2, C, N * blocks): each tile transformed, tile positions first,
+    as `groups` arrays of consecutive positions."""
     n, c = x.shape[:2]
     m, t = transforms.m, transforms.b_t.shape[0]
     th, tw = _block_grid(out_sizes, m)
@@ -148,25 +163,30 @@ def _tiles(x, padding, out_sizes, transforms):
         col_phases = jnp.split(jax.lax.optimization_barrier(r), m, 1)
         return [col_phases[l % m][..., l // m:l // m + tw] for l in range(t)]
 
-    v = _rows_then_columns(rows, transforms.b_t, columns)
-    return v.reshape(t * t, c, n * th * tw)
+    return [v.reshape(-1, c, n * th * tw)
+            for v in _rows_then_columns(rows, transforms.b_t, columns, groups)]
 
 
-def _kernel_tiles(w, transforms):
-    """w (O, C, 3, 3) -> U (t^2, O, C)."""
+def _kernel_tiles(w, transforms, groups):
+    """w (O, C, 3, 3) -> U (t^2, O, C), as `groups` arrays of consecutive positions."""
     taps = jnp.transpose(w, (2, 3, 0, 1))
-    u = _rows_then_columns(jnp.split(taps, 3), transforms.g, lambda r: jnp.split(r, 3, 1))
-    return u.reshape(-1, *w.shape[:2])
+    return [u.reshape(-1, *w.shape[:2])
+            for u in _rows_then_columns(jnp.split(taps, 3), transforms.g,
+                                        lambda r: jnp.split(r, 3, 1), groups)]
 
 
 def _output(products, n, out_sizes, transforms):
-    """M (t^2, O, N * blocks) -> y (N, O, *out_sizes): each m x m block, interleaved."""
+    """M (t^2, O, N * blocks), as a list of runs of consecutive positions -> y (N, O,
+    *out_sizes): each m x m block, interleaved."""
     m = transforms.m
     th, tw = _block_grid(out_sizes, m)
-    o = products.shape[1]
+    o = products[0].shape[1]
     # one product with A^T (x) A^T (m^2 x t^2): as adds, its transpose (in the backward) was a
     # 16-output fusion that took 0.7 s to compile for a (2, 64, 56x56) layer
-    a = jnp.asarray(np.kron(transforms.a_t, transforms.a_t), products.dtype)
-    y = jax.lax.dot_general(a, products, (((1,), (0,)), ((), ()))).reshape(m, m, o, n, th, tw)
-    y = jnp.transpose(y, (3, 2, 4, 0, 5, 1)).reshape(n, o, m * th, m * tw)
+    a = np.kron(transforms.a_t, transforms.a_t)
+    starts = np.cumsum([0] + [p.shape[0] for p in products])
+    y = sum(jax.lax.dot_general(jnp.asarray(a[:, start:stop], p.dtype), p,
+                                (((1,), (0,)), ((), ())))
+            for p, start, stop in zip(products, starts, starts[1:]))
+    y = jnp.transpose(y.reshape(m, m, o, n, th, tw), (3, 2, 4, 0, 5, 1)).reshape(n, o, m * th, m * tw)
     return y[:, :, :out_sizes[0], :out_sizes[1]]

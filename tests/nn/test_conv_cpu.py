@@ -15,7 +15,7 @@ import torch
 
 import jaxdl as dl
 from jaxdl import nn
-from jaxdl.nn import _conv_cpu
+from jaxdl.nn import _conv_cpu, _winograd
 from jaxdl.nn._conv_cpu import Plan
 
 # (x shape channels-last, kernel, stride, padding pairs, dilation, groups, multiplier)
@@ -244,18 +244,40 @@ def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry, lower
                                    atol=1e-4 * float(jnp.abs(expected).max()))
 
 
-# (input, lowering): 100 2x2 output blocks, 25 4x4 ones; 110 4x4 blocks (399 2x2). Neither
-# map divides into whole blocks, so the last blocks are cropped.
-@pytest.mark.parametrize("shape, lowering", [((1, 64, 19, 20), "winograd"),
-                                             ((1, 64, 38, 41), "winograd4")])
-def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(shape, lowering,
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("groups", [2, 3])
+def test_winograd_tile_positions_in_independent_chains_change_nothing(m, groups):
+    """Tile positions split into chains (two cores) give XLA's values and both gradients."""
+    x, w, _ = _case(GEOMETRIES[0])
+    x = jnp.moveaxis(x, -1, 1)
+    padding = ((1, 1), (1, 1))
+
+    def value_and_grads(conv):
+        y, vjp = jax.vjp(conv, x, w)
+        return (y, *vjp(jnp.cos(y)))
+
+    got = value_and_grads(lambda a, b: _winograd.conv3x3(a, b, padding, m, groups))
+    expected = value_and_grads(lambda a, b: jax.lax.conv_general_dilated(
+        a, b, (1, 1), padding, precision="highest"))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * float(jnp.abs(e).max()))
+
+
+# (input, lowering, cores): 100 2x2 output blocks, 25 4x4 ones; 110 4x4 blocks (399 2x2); on
+# two cores F(2x2, 3x3) needs 128 channels (169 2x2 blocks, 49 4x4 ones). No map divides into
+# whole blocks, so the last blocks are cropped.
+@pytest.mark.parametrize("shape, lowering, cores", [
+    ((1, 64, 19, 20), "winograd", 1), ((1, 64, 38, 41), "winograd4", 1),
+    ((1, 128, 25, 26), "winograd", 2), ((1, 64, 38, 41), "winograd4", 2)])
+def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(shape, lowering, cores,
                                                                         monkeypatch):
-    """A 64-channel 3x3 layer runs Winograd (one core) and equals torch's Conv2d in value and
-    in the gradients of input, weight and bias."""
-    monkeypatch.setattr(_conv_cpu, "_cores", lambda: 1)
+    """A 3x3 layer runs Winograd (on two cores with its tile positions in two chains) and
+    equals torch's Conv2d in value and in the gradients of input, weight and bias."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
     torch.manual_seed(0)
-    torch_model = torch.nn.Conv2d(64, 64, 3, padding=1)
-    model = nn.Conv2d(64, 64, 3, padding=1)
+    channels = shape[1]
+    torch_model = torch.nn.Conv2d(channels, channels, 3, padding=1)
+    model = nn.Conv2d(channels, channels, 3, padding=1)
     model.load_state_dict(torch_model.state_dict())
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
