@@ -19,7 +19,10 @@ The transforms are written for XLA's CPU fusion, for their transposes and for co
 (docs/design.md, "Winograd's 3x3 convolutions"; one core):
 - they are adds and scalings of slices: the kernel's transform as an einsum with G went to
   YNNPACK as products with a contraction of 3 and 4, 16-19 ms each for a 512x512 layer,
-  against 0.3-3.6 ms as adds;
+  against 0.3-3.6 ms as adds; but as ONE product with G (x) G (a contraction of 9, on the
+  weights in their own layout) it runs faster still, so the kernel's forward transform is
+  that product and only its tangent (whose transpose is the weight gradient's) the adds
+  (`_kernel_tiles`);
 - they run rows first, then columns, each pass on whole slabs (t outputs, concatenated):
   written as 16 separate outputs of up to 9 terms, each layer added 0.7-1.8 s to the first
   step (LLVM's loop passes on 16-way fused loops); separable, 0.2-0.6 s;
@@ -43,6 +46,7 @@ as a product with float32 accumulation would be.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -106,7 +110,7 @@ def conv3x3(x, w, padding, m, groups=1):
     acc = accumulation_dtype(x.dtype)
     out_sizes = [size + lo + hi - 2 for size, (lo, hi) in zip(x.shape[2:], padding)]
     tiles = _tiles(x.astype(acc), padding, out_sizes, transforms, groups)
-    kernels = _kernel_tiles(w.astype(acc), transforms, groups)
+    kernels = _kernel_tiles(w.astype(acc), m, groups)
     products = [jax.lax.dot_general(u, v, (((2,), (1,)), ((0,), (0,))))
                 for u, v in zip(kernels, tiles)]
     return _output(products, x.shape[0], out_sizes, transforms).astype(x.dtype)
@@ -167,8 +171,33 @@ def _tiles(x, padding, out_sizes, transforms, groups):
             for v in _rows_then_columns(rows, transforms.b_t, columns, groups)]
 
 
-def _kernel_tiles(w, transforms, groups):
-    """w (O, C, 3, 3) -> U (t^2, O, C), as `groups` arrays of consecutive positions."""
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _kernel_tiles(w, m, groups):
+    """w (O, C, 3, 3) -> U (t^2, O, C), as `groups` arrays of consecutive positions: each one
+    product of G (x) G's rows for its positions (t^2 x 9 in all) with the weights as (O*C, 9).
+    Written as separable adds, the transform read w across its rows (a 3x3 tap slab at a time)
+    and ran 3-5x slower: 512 -> 512, F(2x2, 3x3), 6.5 against 1.3 ms; F(4x4, 3x3) 12.5 against
+    2.4 ms (one core, Intel Xeon VM). Its tangent keeps the adds (`_kernel_tiles_by_adds`),
+    whose transpose, the weight gradient's last step, ran faster than the product's (3.1
+    against 3.6 ms)."""
+    g = _TRANSFORMS[m].g
+    t = g.shape[0]
+    o, c = w.shape[:2]
+    flat = w.reshape(o * c, 9)
+    sizes = [len(rows) * t for rows in np.array_split(np.arange(t), groups)]
+    return [jax.lax.dot_general(jnp.asarray(part, w.dtype), flat,
+                                (((1,), (1,)), ((), ()))).reshape(-1, o, c)
+            for part in np.split(np.kron(g, g), np.cumsum(sizes)[:-1])]
+
+
+@_kernel_tiles.defjvp
+def _kernel_tiles_jvp(m, groups, primals, tangents):
+    (w,), (dw,) = primals, tangents
+    return _kernel_tiles(w, m, groups), _kernel_tiles_by_adds(dw, _TRANSFORMS[m], groups)
+
+
+def _kernel_tiles_by_adds(w, transforms, groups):
+    """`_kernel_tiles` as separable adds and scalings of slices."""
     taps = jnp.transpose(w, (2, 3, 0, 1))
     return [u.reshape(-1, *w.shape[:2])
             for u in _rows_then_columns(jnp.split(taps, 3), transforms.g,
