@@ -155,6 +155,17 @@ _MAP_IMAGES = 16
 # they save (25 against 17 ms), and with 3 input channels (a stem) the products are too thin.
 _WINOGRAD_BLOCKS = 96
 _WINOGRAD_CHANNELS = 64
+# With _WINOGRAD_CHANNELS_WIDE channels or more, one core takes it from _WINOGRAD_BLOCKS_WIDE
+# blocks, since its kernel transform became one product (`_winograd._kernel_tiles`).
+# Forward+backward, ms, F(2x2, 3x3) against the lowering chosen before (2026-12-06, Intel Xeon
+# VM, one core, torch in brackets): (16, 512, 4x4) -> 512 24.8 / 30.6 (28.0), (16, 256, 4x4) ->
+# 512 11.8 / 14.4 (13.6), (4, 512, 8x8) -> 512 23.1 / 30.1 (25.5); steps (`benchmarks/ab.py`,
+# 64 blocks against 96): VGG-16 at 32 px 572 / 628 ms, VGG-19 628 / 693, VGG-11 448 / 474. With
+# 128 channels a layer won alone ((16, 128, 4x4) -> 128 1.51 / 1.75) but ResNet-18's step at 32
+# px ran 2% slower (61.8 / 60.3). Two cores keep _WINOGRAD_BLOCKS: patches won there ((16, 512,
+# 4x4) 13.9 against 14.8).
+_WINOGRAD_CHANNELS_WIDE = 256
+_WINOGRAD_BLOCKS_WIDE = 64
 # On more than one core its many small loops and products scale worse than one convolution or
 # product, so small layers keep the lowering chosen before: two cores, forward+backward, ms,
 # Winograd against that lowering (2026-12-06, Zen 4, the separable transforms of stop 45): it
@@ -275,7 +286,10 @@ def _winograd_block_size(in_channels, out_channels, n, outs):
     where neither runs faster or its tiles exceed the memory bound."""
     channels = min(in_channels, out_channels)
     blocks, blocks4 = _winograd.blocks(n, outs, 2), _winograd.blocks(n, outs, 4)
-    if (channels < _WINOGRAD_CHANNELS or blocks < _WINOGRAD_BLOCKS
+    least = (_WINOGRAD_BLOCKS_WIDE if channels >= _WINOGRAD_CHANNELS_WIDE and _cores() == 1
+             else _WINOGRAD_BLOCKS)
+    # a tiny map's blocks are mostly cropped: (16, 256, 3x3) -> 256 took 6.1 ms, patches 4.2
+    if (channels < _WINOGRAD_CHANNELS or blocks < least or math.prod(outs) <= _TINY_MAP
             or 16 * max(in_channels, out_channels) * blocks > _WINOGRAD_TILE_ELEMENTS):
         return None
     if blocks4 >= _WINOGRAD4_BLOCKS:

@@ -140,7 +140,7 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((8, 8, 8, 32), (192, 32, 1, 1)) == ("xla",) * 3 + (True,)
     # 3x3 with few input channels on a large map (a stem); not with a large patch matrix
     assert lowerings((16, 32, 32, 3), (64, 3, 3, 3)) == ("image_matmul",) * 3 + (False,)
-    # 3x3 stride 1 with 64 channels or more and 96 output blocks (2x2) or more: Winograd,
+    # 3x3 stride 1 with 64 channels or more and 96 output blocks (2x2) or more (256 channels: 64),
     # F(4x4, 3x3) with 96 4x4 blocks or more
     assert lowerings((8, 64, 64, 64), (64, 64, 3, 3)) == ("winograd4",) * 3 + (False,)
     assert lowerings((8, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd4"  # 128, cropped
@@ -149,7 +149,9 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((2, 14, 14, 256), (256, 256, 3, 3))[0] == "winograd"  # 98 (32 4x4)
     assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[0] == "winograd"  # 128 (32 4x4)
     assert lowerings((2, 14, 14, 32), (64, 32, 3, 3))[0] == "image_matmul"  # 32 channels
-    assert lowerings((16, 4, 4, 128), (128, 128, 3, 3))[0] == "xla"  # 64 blocks
+    assert lowerings((16, 4, 4, 256), (256, 256, 3, 3))[0] == "winograd"  # 64 blocks, wide
+    assert lowerings((16, 4, 4, 128), (256, 128, 3, 3))[0] == "xla"  # 64 blocks, 128 channels
+    assert lowerings((12, 4, 4, 512), (512, 512, 3, 3))[0] == "xla"  # 48 blocks
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
     assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
@@ -187,8 +189,10 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
 
     two = "patches" if cores > 1 else "xla"
     assert forward((2, 14, 14, 192), (256, 192, 3, 3)) == (two if cores > 1 else "winograd")
-    assert forward((2, 12, 12, 256), (256, 256, 3, 3)) == two  # 288 rows, 72 2x2 blocks
-    assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == two  # 256 rows
+    assert forward((2, 12, 12, 96), (256, 96, 3, 3)) == two  # 288 rows, 72 2x2 blocks
+    wide = two if cores > 1 else "winograd"  # 64 blocks, 256 channels or more: Winograd on one
+    assert forward((2, 12, 12, 256), (256, 256, 3, 3)) == wide
+    assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == wide  # 256 rows
     assert forward((8, 8, 8, 32), (128, 32, 3, 3)) == "xla"  # 512 rows
     assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == two
     assert forward((2, 7, 7, 832), (256, 832, 1, 1)) == two
@@ -198,10 +202,10 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
 
 @pytest.mark.parametrize("cores", [1, 2])
 def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, monkeypatch):
-    """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks (2x2) takes
-    Winograd; on more, only those with channels x blocks of 20000 (128 channels or more) or
-    2^16 (fewer): its small loops and products scale worse than one convolution. F(4x4, 3x3)
-    runs on any number of cores, from 96 4x4 blocks."""
+    """On one core every 3x3 stride-1 layer with 64 channels and 96 output blocks (2x2), or 256
+    channels and 64 blocks, takes Winograd; on more, only those with channels x blocks of
+    20000 (128 channels or more) or 2^16 (fewer): its small loops and products scale worse
+    than one convolution. F(4x4, 3x3) runs on any number of cores, from 96 4x4 blocks."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
 
     def forward(x_shape, w_shape):
@@ -219,6 +223,7 @@ def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, 
     assert forward((2, 224, 224, 64), (64, 64, 3, 3)) == "winograd4"  # 25088 blocks
     assert forward((4, 224, 224, 64), (64, 64, 3, 3)) == "xla"  # tiles over 2^25 elements
     assert forward((2, 7, 7, 512), (512, 512, 3, 3)) == "patches"  # 32 blocks
+    assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == ("winograd" if one else "patches")  # 64
     assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((0, 0),) * 2, (1, 1),
                           1).forward == "winograd4"  # no padding: 26x26, 98 4x4 blocks
     assert _conv_cpu.plan((2, 28, 28, 128), (128, 128, 3, 3), (1, 1), ((1, 1),) * 2, (2, 2),
