@@ -105,7 +105,8 @@ def conv3x3(x, w, padding, m, groups=1):
     over all positions ran on one core only: YNNPACK splits a product's output, not its
     batch, and an output of 64 x 392 is one piece ((36, 64, 64) x (36, 64, 392) 0.83 ms on
     one core, 0.89 on two), while twelve independent ones took 20.9 ms on one core and 10.5
-    on two (2026-12-06, Intel Xeon VM; docs/design.md, "Winograd on two cores")."""
+    on two (2026-12-06, Intel Xeon VM; docs/design.md, "Winograd on two cores, and its kernel
+    transform as one product")."""
     transforms = _TRANSFORMS[m]
     acc = accumulation_dtype(x.dtype)
     out_sizes = [size + lo + hi - 2 for size, (lo, hi) in zip(x.shape[2:], padding)]
@@ -135,8 +136,8 @@ def _rows_then_columns(rows, transform, cols_of, groups):
     """The separable transform of t x t (or 3x3) tiles: `rows` are the tile's row slabs
     (each (1, q, ...)), combined by `transform` into (t, q, ...); `cols_of` takes that
     array to its column slabs (each (t, 1, ...)), combined into (t, t, ...). With `groups`,
-    the transform's rows are split into that many runs, each transformed on its own:
-    a list of (t / groups, t, ...)."""
+    the transform's rows are split into that many runs, each transformed on its own: a list
+    of (rows in the run, t, ...)."""
     out = []
     for part in np.array_split(transform, groups):
         cols = cols_of(jnp.concatenate([_combine(coefficients, rows) for coefficients in part]))
@@ -214,8 +215,9 @@ def _output(products, n, out_sizes, transforms):
     # 16-output fusion that took 0.7 s to compile for a (2, 64, 56x56) layer
     a = np.kron(transforms.a_t, transforms.a_t)
     starts = np.cumsum([0] + [p.shape[0] for p in products])
-    y = sum(jax.lax.dot_general(jnp.asarray(a[:, start:stop], p.dtype), p,
-                                (((1,), (0,)), ((), ())))
-            for p, start, stop in zip(products, starts, starts[1:]))
-    y = jnp.transpose(y.reshape(m, m, o, n, th, tw), (3, 2, 4, 0, 5, 1)).reshape(n, o, m * th, m * tw)
+    terms = [jax.lax.dot_general(jnp.asarray(a[:, start:stop], p.dtype), p,
+                                 (((1,), (0,)), ((), ())))
+             for p, start, stop in zip(products, starts, starts[1:])]
+    y = sum(terms[1:], terms[0]).reshape(m, m, o, n, th, tw)
+    y = jnp.transpose(y, (3, 2, 4, 0, 5, 1)).reshape(n, o, m * th, m * tw)
     return y[:, :, :out_sizes[0], :out_sizes[1]]
