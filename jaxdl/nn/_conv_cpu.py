@@ -621,9 +621,13 @@ def _fold_multiplier(a, x_shape, p: Plan):
 def _winograd_3x3(m):
     """The lowering by Winograd's F(m x m, 3x3)."""
     def lower(x, w, p: Plan):
-        groups = _WINOGRAD_GROUPS_MULTICORE if _cores() > 1 else 1
-        return _winograd.conv3x3(x, w, p.padding, m, groups)
+        return _winograd.conv3x3(x, w, p.padding, m, winograd_chains())
     return lower
+
+
+def winograd_chains() -> int:
+    """How many independent chains `_winograd.conv3x3` splits its tile positions into here."""
+    return _WINOGRAD_GROUPS_MULTICORE if _cores() > 1 else 1
 
 
 _LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts,

@@ -182,13 +182,12 @@ def _kernel_tiles(w, m, groups):
     whose transpose, the weight gradient's last step, ran faster than the product's (3.1
     against 3.6 ms)."""
     g = _TRANSFORMS[m].g
-    t = g.shape[0]
     o, c = w.shape[:2]
     flat = w.reshape(o * c, 9)
-    sizes = [len(rows) * t for rows in np.array_split(np.arange(t), groups)]
-    return [jax.lax.dot_general(jnp.asarray(part, w.dtype), flat,
+    # the rows of G (x) G for the positions (a, b) with a in one run of G's rows
+    return [jax.lax.dot_general(jnp.asarray(np.kron(part, g), w.dtype), flat,
                                 (((1,), (1,)), ((), ()))).reshape(-1, o, c)
-            for part in np.split(np.kron(g, g), np.cumsum(sizes)[:-1])]
+            for part in np.array_split(g, groups)]
 
 
 @_kernel_tiles.defjvp
@@ -213,11 +212,11 @@ def _output(products, n, out_sizes, transforms):
     o = products[0].shape[1]
     # one product with A^T (x) A^T (m^2 x t^2): as adds, its transpose (in the backward) was a
     # 16-output fusion that took 0.7 s to compile for a (2, 64, 56x56) layer
-    a = np.kron(transforms.a_t, transforms.a_t)
-    starts = np.cumsum([0] + [p.shape[0] for p in products])
-    terms = [jax.lax.dot_general(jnp.asarray(a[:, start:stop], p.dtype), p,
+    # each run's columns of it: A^T (x) A^T for the positions (a, b) with a in that run
+    a_t = transforms.a_t
+    terms = [jax.lax.dot_general(jnp.asarray(np.kron(part, a_t), p.dtype), p,
                                  (((1,), (0,)), ((), ())))
-             for p, start, stop in zip(products, starts, starts[1:])]
+             for p, part in zip(products, np.array_split(a_t, len(products), axis=1))]
     y = sum(terms[1:], terms[0]).reshape(m, m, o, n, th, tw)
     y = jnp.transpose(y, (3, 2, 4, 0, 5, 1)).reshape(n, o, m * th, m * tw)
     return y[:, :, :out_sizes[0], :out_sizes[1]]
