@@ -121,10 +121,14 @@ _MATMUL_WEIGHTS = 2 ** 18
 # x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
 # over the leading axis, which ran up to 30x slower on two cores than on one: (2, 1024, 256)
 # 0.12 ms on one core, 2.7 ms on two; adds of slices 0.06 / 0.08 ms. Below it the reduce
-# was faster ((8, 256, 64): 0.43 against 0.77 ms for the whole weight gradient). On one core
-# the reduce stays: its product form (columns times dy) ran up to 22% faster there
-# (docs/design.md, "The sum over images").
+# was faster ((8, 256, 64): 0.43 against 0.77 ms for the whole weight gradient), except with
+# two images or fewer (_SLICED_SUM_IMAGES). On one core the transposed form's reduce stays: its
+# product (columns times dy) ran up to 22% faster there (docs/design.md, "The sum over
+# images"); the plain form always takes adds of slices, whose batched product ran 2x faster
+# than the reduce's on 14x14 maps (docs/design.md, "The weight gradient's sum over images
+# on small maps").
 _SLICED_SUM_WEIGHTS = 2 ** 15
+_SLICED_SUM_IMAGES = 2
 # Kernels up to 7x7 (ResNet's stem) may take "image_matmul": alone, a 7x7 stem ran at
 # 0.7-1.3x XLA's time, but in a model XLA's NHWC output is transposed back inside
 # BatchNorm's fused loops, which runs slowly (ResNet-18 at 224 px: 423 -> 398 ms a step).
@@ -476,13 +480,19 @@ def _per_image_product_jvp(transposed, primals, tangents):
 def _weight_tangent(dw, columns, transposed: bool):
     """dw (O, K) times each image's columns, written so that reverse mode's sum of the
     per-image weight gradients over the images is fast. The weights broadcast over images
-    transpose to a reduce over the leading axis, which XLA hands to YNNPACK; on more than
-    one core that reduce is slow for a large (O, K) (_SLICED_SUM_WEIGHTS), so there the
-    weights are stacked, one copy per image, whose transpose is adds of slices. Those are
-    in (O, K) order, as w is: the transposed form's (K, O) slices would be added and
-    transposed in one loop that reads every slice across its rows, slower than the reduce."""
-    if dw.size < _SLICED_SUM_WEIGHTS or _cores() == 1:
-        return _weights_times_columns(dw, columns, transposed)
+    transpose to a reduce over the leading axis, which XLA fuses with the product into one
+    YNNPACK call; stacked, one copy per image, they transpose to a batched product and adds
+    of its slices. The stack is in (O, K) order, as w is: the transposed form's (K, O) slices
+    would be added and transposed in one loop that reads every slice across its rows.
+    Measured per weight gradient (_SLICED_SUM_WEIGHTS, _SLICED_SUM_IMAGES): the stack won in
+    the plain form on one core (on 14x14 maps at batch 2 in half the time: 64 -> 384, 0.14
+    against 0.34 ms) and on more cores with large weights or few images; the reduce won with
+    the transposed form on one core and with small weights over more images on two."""
+    large = dw.size >= _SLICED_SUM_WEIGHTS
+    if transposed and (_cores() == 1 or not large):
+        return _weights_times_columns(dw, columns, transposed=True)
+    if _cores() > 1 and not large and columns.shape[0] > _SLICED_SUM_IMAGES:
+        return _weights_times_columns(dw, columns, transposed=False)
     return _weights_times_columns(dw, columns, transposed=False, copies=True)
 
 

@@ -439,17 +439,26 @@ def _assert_forward_mode_matches_xla(lowering, base, x, w):
 
 @FORMS
 @pytest.mark.parametrize("cores", [1, 2])
-def test_weight_gradient_sums_images_by_slices_on_more_than_one_core(cores, transposed_pixels,
-                                                                    monkeypatch):
-    """On one core the per-image weight gradients are summed by a reduce over the image axis
-    (XLA hands it to YNNPACK); on more, for weights of _SLICED_SUM_WEIGHTS elements or more,
-    by adds of slices, as that reduce ran up to 30x slower on two cores. Both match XLA's."""
+@pytest.mark.parametrize("images", [2, 3])
+def test_weight_gradient_sums_images_by_slices_or_by_a_reduce(cores, transposed_pixels, images,
+                                                              monkeypatch):
+    """The per-image weight gradients are summed over the images either by a reduce over the
+    image axis (XLA hands it to YNNPACK with the product) or by adds of slices: the plain
+    product form takes slices on one core, and on more with weights of _SLICED_SUM_WEIGHTS
+    elements or more or with _SLICED_SUM_IMAGES images or fewer; the transposed form takes
+    them only on more than one core for large weights. Both match XLA's."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
     monkeypatch.setattr(_conv_cpu, "_TRANSPOSED_PIXELS", transposed_pixels)
     x, w, base = _case(GEOMETRIES[0])  # (2, 9, 7, 6) -> 5 channels, 3x3: a (5, 54) weight
+    x = jnp.concatenate([x, x[:1] * 0.5])[:images]
+    transposed = transposed_pixels == 1  # 54 patch rows >= 5 outputs
     first = Plan(base.stride, base.padding, base.dilation, base.groups, *["image_matmul"] * 3,
                  channels_last=False)
-    for threshold, sliced in [(w.size, cores > 1), (w.size + 1, False)]:
+    for threshold, large in [(w.size, True), (w.size + 1, False)]:
+        if transposed:
+            sliced = cores > 1 and large
+        else:
+            sliced = cores == 1 or large or images <= _conv_cpu._SLICED_SUM_IMAGES
         monkeypatch.setattr(_conv_cpu, "_SLICED_SUM_WEIGHTS", threshold)
         jaxpr = str(jax.make_jaxpr(lambda b: jax.grad(
             lambda b: jnp.sum(_conv_channels_last(first, x, b) ** 2))(b))(w))
