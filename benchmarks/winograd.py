@@ -53,8 +53,8 @@ def time_layer(n, c, h, o, max_seconds):
     padding = ((1, 1), (1, 1))
     rule = _conv_cpu.plan((n, h, h, c), (o, c, 3, 3), (1, 1), padding, (1, 1), 1).forward
     chains = _conv_cpu.winograd_chains()  # as the lowering runs them on these cores
-    convs = [lambda a, b: _winograd.conv3x3(a, b, padding, 2, chains),
-             lambda a, b: _winograd.conv3x3(a, b, padding, 4, chains),
+    convs = [lambda a, b: _winograd.conv(a, b, padding, 2, chains),
+             lambda a, b: _winograd.conv(a, b, padding, 4, chains),
              lambda a, b: F.conv2d(a, b, padding=1)]
 
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)

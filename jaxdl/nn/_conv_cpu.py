@@ -39,7 +39,8 @@ a strided one. The same layers written without a convolution op are fast:
 - "winograd" and "winograd4": channels-first, 3x3 kernels with stride 1 and no dilation:
   Winograd's F(2x2, 3x3), 16 matrix products over transformed tiles, 2.25x fewer
   multiply-adds, and F(4x4, 3x3), 36 products, 4x fewer (`_winograd`), for layers with
-  enough output blocks and channels; "winograd4" where there are enough 4x4 blocks.
+  enough output blocks and channels; "winograd4" where there are enough 4x4 blocks. A 5x5
+  layer with enough blocks takes "winograd" as F(2x2, 5x5): 36 products, 2.8x fewer.
 
 Before any of them, `crop_dead_taps` drops the kernel offsets that read only padding (a 3x3
 layer on a 1x1 map keeps its centre), and `plan` sees the cropped kernel.
@@ -206,12 +207,21 @@ _WINOGRAD4_BLOCKS = 96
 # layers (`dl.memory.plan`); ResNet-18 and VGG-16 at 224 px with 2 images stay under it.
 _WINOGRAD_TILE_ELEMENTS = 2 ** 25
 # On more than one core Winograd's tile positions are split into this many independent chains
-# of transforms and products, which run side by side (`_winograd.conv3x3`). `benchmarks/ab.py`,
+# of transforms and products, which run side by side (`_winograd.conv`). `benchmarks/ab.py`,
 # one process, two cores, ms, one chain against two (2026-12-06, Intel Xeon VM): ResNet-18 at
 # 224 px 161.6 / 153.2, 149.9 / 145.4, 152.9 / 143.3; ResNet-50 at 224 px, VGG-16 at 64 px and
 # ResNet-18 at 64 px within 1%. Three chains ran as two. Each layer's first step takes 0.1 s
 # more (ResNet-18 at 224 px 0.5-1.0 s); on one core they would buy nothing, so it keeps one.
 _WINOGRAD_GROUPS_MULTICORE = 2
+# A 5x5 stride-1 layer (AlexNet's second) takes F(2x2, 5x5) ("winograd": 36 products over 6x6
+# tiles, 2.8x fewer multiply-adds than patches) from _WINOGRAD5_BLOCKS 2x2 output blocks, with
+# _WINOGRAD_CHANNELS channels. Forward+backward, ms, against XLA's convolution (2026-12-06, Intel
+# Xeon VM, torch in brackets): one core, (2, 64, 27x27) -> 192 (392 blocks) 15.6 / 20.9 (16.2),
+# (8, 64, 7x7) -> 192 (128 blocks) 4.9 / 5.3 (4.6); two cores, the first 12.1 / 14.6, the second
+# 5.2 / 4.8. Steps (`benchmarks/ab.py`): AlexNet at 224 px 180.0 / 186.5 ms one core, 103.2 /
+# 105.8 two; at 64 px (128 blocks) 153.7 / 148.2 one core, so it keeps XLA's there
+# (docs/design.md, "Winograd for 5x5 kernels").
+_WINOGRAD5_BLOCKS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,11 +260,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         return geometry
     pixels, taps = math.prod(outs), math.prod(kernel)
     rows = x_shape[-1] * taps  # of the patch matrix: C*k*k
-    winograd = (tuple(kernel) == (3, 3) and set(stride) | set(dilation) == {1}
-                and min(itertools.chain(*padding)) >= 0
-                and _winograd_block_size(x_shape[-1], w_shape[0], x_shape[0], outs))
-    if winograd:
-        return _channels_first(geometry, {2: "winograd", 4: "winograd4"}[winograd])
+    if set(stride) | set(dilation) == {1} and min(itertools.chain(*padding)) >= 0:
+        winograd = _winograd_lowering_for(kernel, x_shape[-1], w_shape[0], x_shape[0], outs)
+        if winograd:
+            return _channels_first(geometry, winograd)
     if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
             and rows * w_shape[0] >= _MATMUL_WEIGHTS):
         return _channels_first(geometry, "matmul")
@@ -282,6 +291,20 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         # output map (24 against 0.9 ms), takes patches through the tiny-map rule above.
         return dataclasses.replace(geometry, input_grad="patches")
     return geometry
+
+
+def _winograd_lowering_for(kernel, in_channels, out_channels, n, outs):
+    """"winograd" (F(2x2, r x r)), "winograd4" (F(4x4, 3x3)) or None for a stride-1 layer."""
+    if tuple(kernel) == (3, 3):
+        return {2: "winograd", 4: "winograd4", None: None}[
+            _winograd_block_size(in_channels, out_channels, n, outs)]
+    if tuple(kernel) == (5, 5):
+        blocks = _winograd.blocks(n, outs, 2)
+        if (min(in_channels, out_channels) >= _WINOGRAD_CHANNELS and blocks >= _WINOGRAD5_BLOCKS
+                and math.prod(outs) > _TINY_MAP
+                and 36 * max(in_channels, out_channels) * blocks <= _WINOGRAD_TILE_ELEMENTS):
+            return "winograd"
+    return None
 
 
 def _winograd_block_size(in_channels, out_channels, n, outs):
@@ -628,21 +651,21 @@ def _fold_multiplier(a, x_shape, p: Plan):
     return a.reshape(*a.shape[:axis], c, -1, *a.shape[axis + 1:]).sum(axis + 1)
 
 
-def _winograd_3x3(m):
-    """The lowering by Winograd's F(m x m, 3x3)."""
+def _winograd_lowering(m):
+    """The lowering by Winograd's F(m x m, r x r), r the kernel's size."""
     def lower(x, w, p: Plan):
-        return _winograd.conv3x3(x, w, p.padding, m, winograd_chains())
+        return _winograd.conv(x, w, p.padding, m, winograd_chains())
     return lower
 
 
 def winograd_chains() -> int:
-    """How many independent chains `_winograd.conv3x3` splits its tile positions into here."""
+    """How many independent chains `_winograd.conv` splits its tile positions into here."""
     return _WINOGRAD_GROUPS_MULTICORE if _cores() > 1 else 1
 
 
 _LOWERINGS = {"xla": _xla, "patches": _patches, "shifts": _shifts,
               "image_matmul": _image_matmul, "matmul": _matmul, "whole_map": _whole_map,
-              "winograd": _winograd_3x3(2), "winograd4": _winograd_3x3(4)}
+              "winograd": _winograd_lowering(2), "winograd4": _winograd_lowering(4)}
 
 
 def conv(x, w, p: Plan):

@@ -1,13 +1,15 @@
-"""3x3 stride-1 convolutions by Winograd's minimal filtering, F(m x m, 3x3) with output blocks
-of m = 2 or 4 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+"""Stride-1 convolutions by Winograd's minimal filtering: 3x3 kernels by F(m x m, 3x3) with
+output blocks of m = 2 or 4, 5x5 kernels by F(2x2, 5x5) (Lavin and Gray, "Fast Algorithms for
+Convolutional Neural Networks", 2016).
 
-Each m x m block of output pixels reads a t x t tile of the padded input (t = m + 2). With the
-tile d and the kernel g transformed as V = B^T d B and U = G g G^T (t x t each), the block is
-A^T (U * V) A: t^2 multiplies per input channel instead of 9 m^2. Summed over input channels
-the multiplies become t^2 matrix products, one per tile position (a, b):
-M[a, b] = U[a, b] (O, C) times V[a, b] (C, blocks); so a layer takes 2.25x (F(2x2, 3x3)) or 4x
-(F(4x4, 3x3)) fewer multiply-adds than as patches times weights, in each of its three passes
-(autodiff transposes the products, and the transforms are linear).
+Each m x m block of output pixels reads a t x t tile of the padded input (t = m + r - 1 for an
+r x r kernel). With the tile d and the kernel g transformed as V = B^T d B and U = G g G^T (t x
+t each), the block is A^T (U * V) A: t^2 multiplies per input channel instead of r^2 m^2.
+Summed over input channels the multiplies become t^2 matrix products, one per tile position
+(a, b): M[a, b] = U[a, b] (O, C) times V[a, b] (C, blocks); so a layer takes 2.25x (F(2x2,
+3x3)), 4x (F(4x4, 3x3)) or 2.8x (F(2x2, 5x5)) fewer multiply-adds than as patches times
+weights, in each of its three passes (autodiff transposes the products, and the transforms
+are linear).
 
 F(4x4, 3x3) also moves less memory: its tiles hold 2.25 values per input value, F(2x2, 3x3)'s
 4, and on layers with 64 channels the transforms, not the products, took most of the time. It
@@ -41,6 +43,8 @@ are 0, +-1 and +-1/2 and its transforms add at most 9 terms: relative 1e-6 in fl
 F(4x4, 3x3)'s reach 5 in B^T and 8 in A^T, and G's sixths and twenty-fourths are inexact, so
 its rounding is about ten times larger: 4e-6 to 1.4e-5 relative to the largest value, against
 XLA's convolution's 5e-7 to 9e-6 (docs/design.md, "Winograd with 4x4 output blocks").
+F(2x2, 5x5) from the points 0, +-1, 1/2, -2 rounds its output and input gradient to 1.5e-6
+of the largest value and its weight gradient to 7e-6 (torch's 5e-7 and 1.2e-6).
 Half-precision inputs are transformed and multiplied in float32 and the output rounded once,
 as a product with float32 accumulation would be.
 """
@@ -55,11 +59,11 @@ import numpy as np
 from jaxdl._dtypes import accumulation_dtype
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: a nondiff argument
 class _Transforms:
-    """F(m x m, 3x3): the tile transform B^T (t x t), the output transform A^T (m x t) and
-    the kernel transform G (t x 3), t = m + 2, from the interpolation points 0, +-1 (m = 2)
-    and 0, +-1, +-2 (m = 4) and infinity."""
+    """F(m x m, r x r): the tile transform B^T (t x t), the output transform A^T (m x t) and
+    the kernel transform G (t x r), t = m + r - 1, from the interpolation points 0, +-1
+    (F(2x2, 3x3)), 0, +-1, +-2 (F(4x4, 3x3)) or 0, +-1, 1/2, -2 (F(2x2, 5x5)) and infinity."""
 
     b_t: np.ndarray
     a_t: np.ndarray
@@ -69,18 +73,32 @@ class _Transforms:
     def m(self):
         return self.a_t.shape[0]
 
+    @property
+    def r(self):
+        return self.g.shape[1]
+
 
 _TRANSFORMS = {
-    2: _Transforms(b_t=np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+    (2, 3): _Transforms(b_t=np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
                    a_t=np.array([[1, 1, 1, 0], [0, 1, -1, -1]]),
                    g=np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])),
-    4: _Transforms(b_t=np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+    (4, 3): _Transforms(b_t=np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
                                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
                    a_t=np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
                                  [0, 1, -1, 8, -8, 1]]),
                    g=np.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4],
                                [0, 0, 24]]) / 24),
 }
+# F(2x2, 5x5) from the points 0, +-1, 1/2, -2 and infinity, as Toom-Cook gives them (A^T[i, j] =
+# p_j^i, G[j, k] = p_j^k / prod over l != j of (p_j - p_l)): its weight gradient rounded to 7e-6
+# of the largest value against 2e-5 with F(4x4, 3x3)'s points 0, +-1, +-2 (docs/design.md,
+# "Winograd for 5x5 kernels")
+_TRANSFORMS[2, 5] = _Transforms(
+    b_t=np.array([[2, -3, -4, 3, 2, 0], [0, -2, 1, 5, 2, 0], [0, 2, -5, 1, 2, 0],
+                  [0, -4, -2, 4, 2, 0], [0, 1, -2, -1, 2, 0], [0, 2, -3, -4, 3, 2]]) / 2,
+    a_t=np.array([[2, 2, 2, 2, 2, 0], [0, 2, -2, 1, -4, 2]]) / 2,
+    g=np.array([[15, 0, 0, 0, 0], [5, 5, 5, 5, 5], [-5, 5, -5, 5, -5], [-16, -8, -4, -2, -1],
+                [1, -2, 4, -8, 16], [0, 0, 0, 0, 15]]) / 15)
 
 
 def blocks(n, out_sizes, m):
@@ -94,10 +112,10 @@ def _block_grid(out_sizes, m):
     return tuple(-(-size // m) for size in out_sizes)
 
 
-def conv3x3(x, w, padding, m, groups=1):
-    """The stride-1 convolution of x (N, C, H, W) with w (O, C, 3, 3), padding ((lo, hi),
-    (lo, hi)) of zeros (non-negative), by F(m x m, 3x3): (N, O, H + lo + hi - 2, W + lo +
-    hi - 2).
+def conv(x, w, padding, m, groups=1):
+    """The stride-1 convolution of x (N, C, H, W) with w (O, C, r, r) (r = 3 or 5), padding
+    ((lo, hi), (lo, hi)) of zeros (non-negative), by F(m x m, r x r) (m = 2 or 4 for 3x3
+    kernels, 2 for 5x5): (N, O, H + lo + hi - r + 1, W + lo + hi - r + 1).
 
     `groups` splits the t^2 tile positions into that many runs of consecutive ones, each
     with its own transforms and products: chains of ops that do not depend on each other,
@@ -107,11 +125,11 @@ def conv3x3(x, w, padding, m, groups=1):
     one core, 0.89 on two), while twelve independent ones took 20.9 ms on one core and 10.5
     on two (2026-12-06, Intel Xeon VM; docs/design.md, "Winograd on two cores, and its kernel
     transform as one product")."""
-    transforms = _TRANSFORMS[m]
+    transforms = _TRANSFORMS[m, w.shape[-1]]
     acc = accumulation_dtype(x.dtype)
-    out_sizes = [size + lo + hi - 2 for size, (lo, hi) in zip(x.shape[2:], padding)]
+    out_sizes = [size + lo + hi - transforms.r + 1 for size, (lo, hi) in zip(x.shape[2:], padding)]
     tiles = _tiles(x.astype(acc), padding, out_sizes, transforms, groups)
-    kernels = _kernel_tiles(w.astype(acc), m, groups)
+    kernels = _kernel_tiles(w.astype(acc), transforms, groups)
     products = [jax.lax.dot_general(u, v, (((2,), (1,)), ((0,), (0,))))
                 for u, v in zip(kernels, tiles)]
     return _output(products, x.shape[0], out_sizes, transforms).astype(x.dtype)
@@ -151,13 +169,16 @@ def _tiles(x, padding, out_sizes, transforms, groups):
     n, c = x.shape[:2]
     m, t = transforms.m, transforms.b_t.shape[0]
     th, tw = _block_grid(out_sizes, m)
-    # padded to m * (th + 1) rows: the last block may reach up to m - 1 rows past the output
-    pads = [(lo, m * (blocks + 1) - size - lo, 0)
+    # tile row k of block i is padded row m * (i + k // m) + k % m: the tiles reach `beyond`
+    # blocks of m rows past the last block's start (the last block may itself be cropped)
+    beyond = -(-(t - m) // m)
+    pads = [(lo, m * (blocks + beyond) - size - lo, 0)
             for size, (lo, _), blocks in zip(x.shape[2:], padding, (th, tw))]
     x = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * 2 + pads)
-    # (m, m, C, N, th + 1, tw + 1): row phase, column phase; tile row k of block i is row
-    # i + k // m of row phase k % m (t <= 2m), and the same for columns
-    phases = jnp.split(jnp.transpose(x.reshape(n, c, th + 1, m, tw + 1, m), (3, 5, 1, 0, 2, 4)), m)
+    # (m, m, C, N, th + beyond, tw + beyond): row phase, column phase; tile row k of block i
+    # is row i + k // m of row phase k % m, and the same for columns
+    phases = jnp.split(jnp.transpose(x.reshape(n, c, th + beyond, m, tw + beyond, m),
+                                     (3, 5, 1, 0, 2, 4)), m)
     rows = [phases[k % m][..., k // m:k // m + th, :] for k in range(t)]
 
     def columns(r):
@@ -173,17 +194,18 @@ def _tiles(x, padding, out_sizes, transforms, groups):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _kernel_tiles(w, m, groups):
-    """w (O, C, 3, 3) -> U (t^2, O, C), as `groups` arrays of consecutive positions: each one
-    product of G (x) G's rows for its positions (t^2 x 9 in all) with the weights as (O*C, 9).
+def _kernel_tiles(w, transforms, groups):
+    """w (O, C, r, r) -> U (t^2, O, C), as `groups` arrays of consecutive positions: each one
+    product of G (x) G's rows for its positions (t^2 x r^2 in all) with the weights as (O*C,
+    r^2).
     Written as separable adds, the transform read w across its rows (a 3x3 tap slab at a time)
     and ran 3-5x slower: 512 -> 512, F(2x2, 3x3), 6.5 against 1.3 ms; F(4x4, 3x3) 12.5 against
     2.4 ms (one core, Intel Xeon VM). Its tangent keeps the adds (`_kernel_tiles_by_adds`),
     whose transpose, the weight gradient's last step, ran faster than the product's (3.1
     against 3.6 ms)."""
-    g = _TRANSFORMS[m].g
+    g = transforms.g
     o, c = w.shape[:2]
-    flat = w.reshape(o * c, 9)
+    flat = w.reshape(o * c, -1)
     # the rows of G (x) G for the positions (a, b) with a in one run of G's rows
     return [jax.lax.dot_general(jnp.asarray(np.kron(part, g), w.dtype), flat,
                                 (((1,), (1,)), ((), ()))).reshape(-1, o, c)
@@ -191,17 +213,18 @@ def _kernel_tiles(w, m, groups):
 
 
 @_kernel_tiles.defjvp
-def _kernel_tiles_jvp(m, groups, primals, tangents):
+def _kernel_tiles_jvp(transforms, groups, primals, tangents):
     (w,), (dw,) = primals, tangents
-    return _kernel_tiles(w, m, groups), _kernel_tiles_by_adds(dw, _TRANSFORMS[m], groups)
+    return _kernel_tiles(w, transforms, groups), _kernel_tiles_by_adds(dw, transforms, groups)
 
 
 def _kernel_tiles_by_adds(w, transforms, groups):
     """`_kernel_tiles` as separable adds and scalings of slices."""
     taps = jnp.transpose(w, (2, 3, 0, 1))
+    r = transforms.r
     return [u.reshape(-1, *w.shape[:2])
-            for u in _rows_then_columns(jnp.split(taps, 3), transforms.g,
-                                        lambda r: jnp.split(r, 3, 1), groups)]
+            for u in _rows_then_columns(jnp.split(taps, r), transforms.g,
+                                        lambda rows: jnp.split(rows, r, 1), groups)]
 
 
 def _output(products, n, out_sizes, transforms):

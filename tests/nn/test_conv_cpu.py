@@ -35,7 +35,9 @@ GEOMETRIES = [
     ((2, 9, 5), (3,), (1,), ((1, 1),), (1,), 5, 1),                    # 1-d depthwise
     ((1, 5, 6, 4, 3), (3, 2, 3), (2, 1, 1), ((1, 1), (0, 1), (1, 1)), (1, 2, 1), 1, 1),  # 3-d
     ((2, 4, 5, 3, 4), (3, 3, 3), (1, 1, 2), ((1, 1), (1, 1), (1, 1)), (1, 1, 1), 4, 1),  # 3-d dw
+    ((2, 9, 8, 3), (5, 5), (1, 1), ((2, 2), (1, 3)), (1, 1), 1, 1),    # 5x5, asymmetric pads
 ]
+FIVE = GEOMETRIES[-1]
 
 
 def _lowerings(plan, channels, channels_last=True, kernel=None):
@@ -44,9 +46,10 @@ def _lowerings(plan, channels, channels_last=True, kernel=None):
     if channels_last:
         return ["xla"] + ["patches"] * (groups == 1) + ["shifts"] * (groups == channels)
     unit = set(plan.stride) | set(plan.dilation) == {1}  # what "whole_map" takes
-    winograd = groups == 1 and unit and tuple(kernel) == (3, 3)  # 2-d 3x3, stride 1
+    winograd = groups == 1 and unit and tuple(kernel) in ((3, 3), (5, 5))  # 2-d, stride 1
     return (["image_matmul", "matmul"] * (groups == 1) + ["whole_map"] * (groups == 1 and unit)
-            + ["shifts"] * (groups == channels) + ["winograd", "winograd4"] * winograd)
+            + ["shifts"] * (groups == channels) + ["winograd"] * winograd
+            + ["winograd4"] * (winograd and tuple(kernel) == (3, 3)))
 
 
 def _case(geometry, dtype=jnp.float32):
@@ -196,7 +199,7 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
     assert forward((8, 8, 8, 32), (128, 32, 3, 3)) == "xla"  # 512 rows
     assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == two
     assert forward((2, 7, 7, 832), (256, 832, 1, 1)) == two
-    assert forward((2, 27, 27, 64), (192, 64, 5, 5)) == "xla"  # a 5x5 kernel
+    assert forward((8, 7, 7, 64), (192, 64, 5, 5)) == "xla"  # 392 rows, but a 5x5 kernel
     assert forward((2, 14, 14, 32), (64, 32, 3, 3)) == "image_matmul"  # ahead of the rule
 
 
@@ -230,8 +233,24 @@ def test_rule_takes_winograd_on_more_than_one_core_only_for_large_layers(cores, 
                           1).forward not in ("winograd", "winograd4")  # dilated
 
 
-@pytest.mark.parametrize("lowering", ["winograd", "winograd4"])
-@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4]])
+@pytest.mark.parametrize("cores", [1, 2])
+def test_rule_takes_winograd_for_5x5_layers_with_256_blocks(cores, monkeypatch):
+    """A 5x5 stride-1 layer with 64 channels or more takes F(2x2, 5x5) from 256 2x2 output
+    blocks (AlexNet's second layer at 224 px, not at 64 px), on any number of cores."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+
+    def forward(x_shape, w_shape, stride=(1, 1)):
+        return _conv_cpu.plan(x_shape, w_shape, stride, ((2, 2),) * 2, (1, 1), 1).forward
+
+    assert forward((2, 27, 27, 64), (192, 64, 5, 5)) == "winograd"  # 392 blocks
+    assert forward((8, 7, 7, 64), (192, 64, 5, 5)) == "xla"  # 128 blocks
+    assert forward((2, 27, 27, 32), (192, 32, 5, 5)) != "winograd"  # 32 input channels
+    assert forward((2, 27, 27, 64), (192, 64, 5, 5), (2, 2)) != "winograd"  # strided
+
+
+@pytest.mark.parametrize("geometry, lowering", [
+    (GEOMETRIES[0], "winograd"), (GEOMETRIES[0], "winograd4"), (GEOMETRIES[4], "winograd"),
+    (GEOMETRIES[4], "winograd4"), (FIVE, "winograd")])
 def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry, lowering):
     """Plain autodiff of transforms and products: forward mode, forward-over-reverse and the
     per-example gradients of vmap match XLA's convolution."""
@@ -249,40 +268,42 @@ def test_winograd_keeps_forward_mode_second_derivatives_and_vmap(geometry, lower
                                    atol=1e-4 * float(jnp.abs(expected).max()))
 
 
-@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("m, geometry", [(2, GEOMETRIES[0]), (4, GEOMETRIES[0]), (2, FIVE)],
+                         ids=["F(2x2, 3x3)", "F(4x4, 3x3)", "F(2x2, 5x5)"])
 @pytest.mark.parametrize("groups", [2, 3])
-def test_winograd_tile_positions_in_independent_chains_change_nothing(m, groups):
+def test_winograd_tile_positions_in_independent_chains_change_nothing(m, geometry, groups):
     """Tile positions split into chains (two cores) give XLA's values and both gradients."""
-    x, w, _ = _case(GEOMETRIES[0])
+    x, w, base = _case(geometry)
     x = jnp.moveaxis(x, -1, 1)
-    padding = ((1, 1), (1, 1))
+    padding = base.padding
 
     def value_and_grads(conv):
         y, vjp = jax.vjp(conv, x, w)
         return (y, *vjp(jnp.cos(y)))
 
-    got = value_and_grads(lambda a, b: _winograd.conv3x3(a, b, padding, m, groups))
+    got = value_and_grads(lambda a, b: _winograd.conv(a, b, padding, m, groups))
     expected = value_and_grads(lambda a, b: jax.lax.conv_general_dilated(
         a, b, (1, 1), padding, precision="highest"))
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * float(jnp.abs(e).max()))
 
 
-# (input, lowering, cores): 100 2x2 output blocks, 25 4x4 ones; 110 4x4 blocks (399 2x2); on
-# two cores F(2x2, 3x3) needs 128 channels (169 2x2 blocks, 49 4x4 ones). No map divides into
-# whole blocks, so the last blocks are cropped.
-@pytest.mark.parametrize("shape, lowering, cores", [
-    ((1, 64, 19, 20), "winograd", 1), ((1, 64, 38, 41), "winograd4", 1),
-    ((1, 128, 25, 26), "winograd", 2), ((1, 64, 38, 41), "winograd4", 2)])
-def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(shape, lowering, cores,
-                                                                        monkeypatch):
-    """A 3x3 layer runs Winograd (on two cores with its tile positions in two chains) and
-    equals torch's Conv2d in value and in the gradients of input, weight and bias."""
+# (input, kernel, lowering, cores): 100 2x2 output blocks, 25 4x4 ones; 110 4x4 blocks (399
+# 2x2); on two cores F(2x2, 3x3) needs 128 channels (169 2x2 blocks, 49 4x4 ones); a 5x5 layer
+# with 288 2x2 blocks. No map divides into whole blocks, so the last blocks are cropped.
+@pytest.mark.parametrize("shape, kernel, lowering, cores", [
+    ((1, 64, 19, 20), 3, "winograd", 1), ((1, 64, 38, 41), 3, "winograd4", 1),
+    ((1, 128, 25, 26), 3, "winograd", 2), ((1, 64, 38, 41), 3, "winograd4", 2),
+    ((2, 64, 23, 24), 5, "winograd", 1), ((2, 64, 23, 24), 5, "winograd", 2)])
+def test_winograd_layer_matches_torch_values_and_gradients_under_dl_jit(shape, kernel, lowering,
+                                                                        cores, monkeypatch):
+    """A 3x3 or 5x5 layer runs Winograd (on two cores with its tile positions in two chains)
+    and equals torch's Conv2d in value and in the gradients of input, weight and bias."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
     torch.manual_seed(0)
     channels = shape[1]
-    torch_model = torch.nn.Conv2d(channels, channels, 3, padding=1)
-    model = nn.Conv2d(channels, channels, 3, padding=1)
+    torch_model = torch.nn.Conv2d(channels, channels, kernel, padding=kernel // 2)
+    model = nn.Conv2d(channels, channels, kernel, padding=kernel // 2)
     model.load_state_dict(torch_model.state_dict())
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
