@@ -99,8 +99,9 @@ _FEW_TAPS = 9
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
 _IMAGE_PIXELS = 196
 # Below this many output pixels (16x16) per image the per-image products keep the plain form
-# (weights as (O, K)) in every pass, not the transposed one that runs faster on large maps
-# (_per_image_product_jvp). On the Intel Xeon VM (2026-12-06), forward+backward, one core:
+# (weights as (O, K)) in the forward and weight-gradient passes, not the transposed one that
+# runs faster there on large maps, and take the transposed form for the input gradient, where
+# it is the other way round (_per_image_product_jvp). On the Intel Xeon VM (2026-12-06), forward+backward, one core:
 # GoogLeNet's 1x1 layers with 480-832 input channels on 14x14 maps at batch 2 took 0.82-0.93x
 # the time (512 -> 128: 2.08 -> 1.75 ms; 832 -> 256: 5.95 -> 5.17), MobileNetV2's 384 -> 64 and
 # 576 -> 96 0.91-0.94x; two cores 0.91-0.95x. At 16x16 (batch 8) the transposed form won for
