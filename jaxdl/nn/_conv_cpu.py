@@ -101,12 +101,14 @@ _IMAGE_PIXELS = 196
 # Below this many output pixels (16x16) per image the per-image products keep the plain form
 # (weights as (O, K)) in the forward and weight-gradient passes, not the transposed one that
 # runs faster there on large maps, and take the transposed form for the input gradient, where
-# it is the other way round (_per_image_product_jvp). On the Intel Xeon VM (2026-12-06), forward+backward, one core:
-# GoogLeNet's 1x1 layers with 480-832 input channels on 14x14 maps at batch 2 took 0.82-0.93x
-# the time (512 -> 128: 2.08 -> 1.75 ms; 832 -> 256: 5.95 -> 5.17), MobileNetV2's 384 -> 64 and
-# 576 -> 96 0.91-0.94x; two cores 0.91-0.95x. At 16x16 (batch 8) the transposed form won for
-# 256 -> 64 (1.80 against 1.98 ms) and tied for 512 -> 128, and at 28x28 it won by 3-13%
-# (docs/design.md, "Small maps: the plain product form").
+# it is the other way round (_per_image_product_jvp). On the Intel Xeon VM (2026-12-06),
+# forward+backward, one core: GoogLeNet's 1x1 layers with 480-832 input channels on 14x14
+# maps at batch 2 took 0.82-0.93x the time in the plain form (512 -> 128: 2.08 -> 1.75 ms;
+# 832 -> 256: 5.95 -> 5.17), MobileNetV2's 384 -> 64 and 576 -> 96 0.91-0.94x; two cores
+# 0.91-0.95x. At 16x16 (batch 8) the transposed form won for 256 -> 64 (1.80 against 1.98 ms)
+# and tied for 512 -> 128, and at 28x28 it won by 3-13% (docs/design.md, "Small maps: the
+# plain product form"; the input gradient: "The weight gradient's sum over images on small
+# maps").
 _TRANSPOSED_PIXELS = 256
 # A 1x1 layer on a map of fewer than _FOLDED_PIXELS (28x28) takes one product over all
 # images ("matmul") once C*O reaches _MATMUL_WEIGHTS. On maps of 14x14 to 27x27 per-image
