@@ -299,15 +299,23 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
 def _winograd_lowering_for(kernel, in_channels, out_channels, n, outs):
     """"winograd" (F(2x2, r x r)), "winograd4" (F(4x4, 3x3)) or None for a stride-1 layer."""
     if tuple(kernel) == (3, 3):
-        return {2: "winograd", 4: "winograd4", None: None}[
-            _winograd_block_size(in_channels, out_channels, n, outs)]
-    if tuple(kernel) == (5, 5):
-        blocks = _winograd.blocks(n, outs, 2)
-        if (min(in_channels, out_channels) >= _WINOGRAD_CHANNELS and blocks >= _WINOGRAD5_BLOCKS
-                and math.prod(outs) > _TINY_MAP
-                and 36 * max(in_channels, out_channels) * blocks <= _WINOGRAD_TILE_ELEMENTS):
-            return "winograd"
+        return {2: "winograd", 4: "winograd4"}.get(
+            _winograd_block_size(in_channels, out_channels, n, outs))
+    if tuple(kernel) == (5, 5) and _winograd_fits(in_channels, out_channels, outs,
+                                                  _winograd.blocks(n, outs, 2),
+                                                  _WINOGRAD5_BLOCKS, tile_positions=36):
+        return "winograd"
     return None
+
+
+def _winograd_fits(in_channels, out_channels, outs, blocks, least, tile_positions):
+    """Whether a layer has the channels, the 2x2 output blocks (at least `least`) and the map
+    Winograd pays on, with its transformed tiles (tile_positions x channels x blocks) within the
+    memory bound. A tiny map's blocks are mostly cropped: (16, 256, 3x3) -> 256 took 6.1 ms,
+    patches 4.2."""
+    return (min(in_channels, out_channels) >= _WINOGRAD_CHANNELS and blocks >= least
+            and math.prod(outs) > _TINY_MAP
+            and tile_positions * max(in_channels, out_channels) * blocks <= _WINOGRAD_TILE_ELEMENTS)
 
 
 def _winograd_block_size(in_channels, out_channels, n, outs):
@@ -318,9 +326,7 @@ def _winograd_block_size(in_channels, out_channels, n, outs):
     blocks, blocks4 = _winograd.blocks(n, outs, 2), _winograd.blocks(n, outs, 4)
     least = (_WINOGRAD_BLOCKS_WIDE if channels >= _WINOGRAD_CHANNELS_WIDE and _cores() == 1
              else _WINOGRAD_BLOCKS)
-    # a tiny map's blocks are mostly cropped: (16, 256, 3x3) -> 256 took 6.1 ms, patches 4.2
-    if (channels < _WINOGRAD_CHANNELS or blocks < least or math.prod(outs) <= _TINY_MAP
-            or 16 * max(in_channels, out_channels) * blocks > _WINOGRAD_TILE_ELEMENTS):
+    if not _winograd_fits(in_channels, out_channels, outs, blocks, least, tile_positions=16):
         return None
     if blocks4 >= _WINOGRAD4_BLOCKS:
         return 4
