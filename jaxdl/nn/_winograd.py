@@ -22,9 +22,8 @@ The transforms are written for XLA's CPU fusion, for their transposes and for co
 - they are adds and scalings of slices: the kernel's transform as an einsum with G went to
   YNNPACK as products with a contraction of 3 and 4, 16-19 ms each for a 512x512 layer,
   against 0.3-3.6 ms as adds; but as ONE product with G (x) G (a contraction of 9, on the
-  weights in their own layout) it runs faster still, so the kernel's forward transform is
-  that product and only its tangent (whose transpose is the weight gradient's) the adds
-  (`_kernel_tiles`);
+  weights in their own layout) it runs faster still, so the kernel's transform and its
+  tangent are that product (`_kernel_tiles`);
 - they run rows first, then columns, each pass on whole slabs (t outputs, concatenated):
   written as 16 separate outputs of up to 9 terms, each layer added 0.7-1.8 s to the first
   step (LLVM's loop passes on 16-way fused loops); separable, 0.2-0.6 s;
@@ -114,6 +113,9 @@ def _block_grid(out_sizes, m):
     return tuple(-(-size // m) for size in out_sizes)
 
 
+# under its own jit, a layer shape's forward, tangent and transpose are traced once, however many
+# layers have that shape (VGG-19 at 64 px: 0.1 s less to the first step); XLA inlines the call
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
 def conv(x, w, padding, m, groups=1):
     """The stride-1 convolution of x (N, C, H, W) with w (O, C, r, r) (r = 3 or 5), padding
     ((lo, hi), (lo, hi)) of zeros (non-negative), by F(m x m, r x r) (m = 2 or 4 for 3x3
@@ -153,7 +155,7 @@ def _combine(coefficients, pieces):
 
 
 def _rows_then_columns(rows, transform, cols_of, groups):
-    """The separable transform of t x t (or 3x3) tiles: `rows` are the tile's row slabs
+    """The separable transform of t x t tiles: `rows` are the tile's row slabs
     (each (1, q, ...)), combined by `transform` into (t, q, ...); `cols_of` takes that
     array to its column slabs (each (t, 1, ...)), combined into (t, t, ...). With `groups`,
     the transform's rows are split into that many runs, each transformed on its own: a list
@@ -202,9 +204,9 @@ def _kernel_tiles(w, transforms, groups):
     r^2).
     Written as separable adds, the transform read w across its rows (a 3x3 tap slab at a time)
     and ran 3-5x slower: 512 -> 512, F(2x2, 3x3), 6.5 against 1.3 ms; F(4x4, 3x3) 12.5 against
-    2.4 ms (one core, Intel Xeon VM). Its tangent keeps the adds (`_kernel_tiles_by_adds`),
-    whose transpose, the weight gradient's last step, ran faster than the product's (3.1
-    against 3.6 ms)."""
+    2.4 ms (one core, Intel Xeon VM). Its tangent is the same product in the form whose
+    transpose (`_kernel_tiles_tangent`), the weight gradient's last step, XLA runs as a plain
+    product."""
     g = transforms.g
     o, c = w.shape[:2]
     flat = w.reshape(o * c, -1)
@@ -217,16 +219,29 @@ def _kernel_tiles(w, transforms, groups):
 @_kernel_tiles.defjvp
 def _kernel_tiles_jvp(transforms, groups, primals, tangents):
     (w,), (dw,) = primals, tangents
-    return _kernel_tiles(w, transforms, groups), _kernel_tiles_by_adds(dw, transforms, groups)
+    return _kernel_tiles(w, transforms, groups), _kernel_tiles_tangent(dw, transforms, groups)
 
 
-def _kernel_tiles_by_adds(w, transforms, groups):
-    """`_kernel_tiles` as separable adds and scalings of slices."""
-    taps = jnp.transpose(w, (2, 3, 0, 1))
-    r = transforms.r
-    return [u.reshape(-1, *w.shape[:2])
-            for u in _rows_then_columns(jnp.split(taps, r), transforms.g,
-                                        lambda rows: jnp.split(rows, r, 1), groups)]
+def _kernel_tiles_tangent(dw, transforms, groups):
+    """`_kernel_tiles` of dw, as (G (x) G)^T's columns times the taps (r^2, O*C): the
+    transpose then takes dW^T (r^2, O*C) as a product of (G (x) G)^T with dU (t^2, O*C),
+    which XLA gives YNNPACK. The barrier keeps XLA from folding dW^T's transpose into that
+    product, which makes it contract both operands' major axes: Eigen products that took
+    29 ms of a profiled VGG-19 step at 64 px (one core).
+
+    Until 2026-12-06 (stop 51) the tangent was the transform's separable adds: their
+    transpose fuses into the optimizer's update, where the product's result (r^2 x O x C) is
+    written and read once more, but it compiled 0.1-0.25 s slower a layer. Per layer,
+    forward, backward and a momentum update (weights donated), adds / product, ms, Intel Xeon
+    VM: one core (8, 512, 8x8) -> 512 44.5 / 42.9, (8, 256, 16x16) 29.8 / 28.8, (16, 128,
+    16x16) 17.7 / 17.3; two cores 24.3 / 24.2, 21.5 / 20.6, 10.9 / 11.7 (docs/design.md,
+    "Where Winograd's first-step time goes")."""
+    g = transforms.g
+    o, c = dw.shape[:2]
+    taps = jax.lax.optimization_barrier(dw.reshape(o * c, -1).T)
+    return [jax.lax.dot_general(jnp.asarray(np.kron(part, g).T, dw.dtype), taps,
+                                (((0,), (0,)), ((), ()))).reshape(-1, o, c)
+            for part in np.array_split(g, groups)]
 
 
 def _output(products, n, out_sizes, transforms):
