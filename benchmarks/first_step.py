@@ -8,7 +8,7 @@ Why fresh processes, alternating: the first compile in a process pays one-time c
 `benchmarks/ab.py`'s second side read 0.4-0.9 s faster than fresh processes gave (docs/design.md,
 "Where Winograd's first-step time goes"); and this VM's speed drifts by the hour, so a
 revision's first steps taken at another time are no baseline (VGG-19 at 64 px, two cores:
-4070055 started in 3.8 s at 17:05 UTC on 2026-12-06 and in 4.4-5.0 s at 22:30). Each repeat
+4070055 started in 3.8 s at 17:05 UTC on 2026-12-06 and in 3.9-5.0 s at 22:17-22:37). Each repeat
 runs every configuration once per side, the side that goes first alternating.
 
 The revision is taken with `git archive` into a temporary folder, and its process imports
