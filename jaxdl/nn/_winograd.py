@@ -207,13 +207,18 @@ def _kernel_tiles(w, transforms, groups):
     2.4 ms (one core, Intel Xeon VM). Its tangent is the same product in the form whose
     transpose (`_kernel_tiles_tangent`), the weight gradient's last step, XLA runs as a plain
     product."""
-    g = transforms.g
     o, c = w.shape[:2]
     flat = w.reshape(o * c, -1)
-    # the rows of G (x) G for the positions (a, b) with a in one run of G's rows
-    return [jax.lax.dot_general(jnp.asarray(np.kron(part, g), w.dtype), flat,
+    return [jax.lax.dot_general(jnp.asarray(rows, w.dtype), flat,
                                 (((1,), (1,)), ((), ()))).reshape(-1, o, c)
-            for part in np.array_split(g, groups)]
+            for rows in _kernel_transform_runs(transforms, groups)]
+
+
+def _kernel_transform_runs(transforms, groups):
+    """G (x) G (t^2 x r^2) as `groups` blocks of rows: those of the positions (a, b) with a in
+    one run of G's rows, the runs `_tiles` and `_output` split the positions into."""
+    g = transforms.g
+    return [np.kron(part, g) for part in np.array_split(g, groups)]
 
 
 @_kernel_tiles.defjvp
@@ -229,19 +234,18 @@ def _kernel_tiles_tangent(dw, transforms, groups):
     product, which makes it contract both operands' major axes: Eigen products that took
     29 ms of a profiled VGG-19 step at 64 px (one core).
 
-    Until 2026-12-06 (stop 51) the tangent was the transform's separable adds: their
-    transpose fuses into the optimizer's update, where the product's result (r^2 x O x C) is
-    written and read once more, but it compiled 0.1-0.25 s slower a layer. Per layer,
+    Until 2026-12-06 (stop 51) the tangent was the transform's separable adds. Their
+    transpose fuses into the optimizer's update, while the product's result (r^2 x O x C) is
+    written and read once more; but the adds compiled 0.1-0.25 s slower a layer. Per layer,
     forward, backward and a momentum update (weights donated), adds / product, ms, Intel Xeon
     VM: one core (8, 512, 8x8) -> 512 44.5 / 42.9, (8, 256, 16x16) 29.8 / 28.8, (16, 128,
     16x16) 17.7 / 17.3; two cores 24.3 / 24.2, 21.5 / 20.6, 10.9 / 11.7 (docs/design.md,
-    "Where Winograd's first-step time goes")."""
-    g = transforms.g
+    "The kernel transform's tangent as a product, and first steps side by side")."""
     o, c = dw.shape[:2]
     taps = jax.lax.optimization_barrier(dw.reshape(o * c, -1).T)
-    return [jax.lax.dot_general(jnp.asarray(np.kron(part, g).T, dw.dtype), taps,
+    return [jax.lax.dot_general(jnp.asarray(rows.T, dw.dtype), taps,
                                 (((0,), (0,)), ((), ()))).reshape(-1, o, c)
-            for part in np.array_split(g, groups)]
+            for rows in _kernel_transform_runs(transforms, groups)]
 
 
 def _output(products, n, out_sizes, transforms):
