@@ -80,3 +80,42 @@ FUNCTIONAL_CASES = {
 def test_functional_matches_torch(case, rng):
     floats, constants, kwargs = FUNCTIONAL_CASES[case](rng)
     check_by_name(case, floats, constants, kwargs)
+
+
+# values at, inside and outside each function's bounds: torch's derivative is zero at a
+# bound (hardtanh_backward), where autodiff of a clip gives half the gradient
+BOUNDED_CASES = {
+    "relu6": ([-1.0, 0.0, 0.5, 6.0, 7.0, 3.0], {}),
+    "hardtanh": ([-2.0, -0.5, 0.0, 0.5, 0.5, 1.0], dict(min_val=-0.5, max_val=0.5)),
+    "hardsigmoid": ([-4.0, -3.0, 0.0, 1.5, 3.0, 4.0], {}),
+    "hardswish": ([-4.0, -3.0, 0.0, 1.5, 3.0, 4.0], {}),
+}
+
+
+@pytest.mark.parametrize("name", BOUNDED_CASES)
+def test_bounded_activation_gradient_at_its_bounds_matches_torch(name):
+    values, kwargs = BOUNDED_CASES[name]
+    x = np.asarray(values, np.float32)
+    weights = np.arange(1, len(values) + 1, dtype=np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    t_out = getattr(TF, name)(tx, **kwargs)
+    (t_out * torch.tensor(weights)).sum().backward()
+
+    def loss(v):
+        return jnp.sum(getattr(F, name)(v, **kwargs) * weights)
+
+    out, grad = jax.value_and_grad(loss)(jnp.asarray(x))
+    np.testing.assert_allclose(float(out), float((t_out * torch.tensor(weights)).sum().detach()), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(grad), tx.grad.numpy())
+    # forward mode agrees with the reverse-mode gradient
+    jvp = jax.jvp(lambda v: getattr(F, name)(v, **kwargs), (jnp.asarray(x),),
+                  (jnp.ones_like(x),))[1]
+    np.testing.assert_array_equal(np.asarray(jvp) * weights, np.asarray(grad))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_relu6_keeps_half_precision(dtype):
+    x = jnp.asarray([-1.0, 2.0, 9.0], dtype)
+    out, grad = jax.value_and_grad(lambda v: jnp.sum(F.relu6(v).astype(jnp.float32)))(x)
+    assert F.relu6(x).dtype == dtype and grad.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), [0.0, 1.0, 0.0])
