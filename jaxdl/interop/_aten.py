@@ -113,9 +113,39 @@ _register("hardtanh")(lambda self, min_val=-1.0, max_val=1.0: F.hardtanh(self, m
 _register("softplus")(lambda self, beta=1, threshold=20: F.softplus(self, beta, threshold))
 _register("elu")(lambda self, alpha=1, scale=1, input_scale=1:
                  scale * jnp.where(self > 0, self, alpha * jnp.expm1(self * input_scale)))
-_register("clamp", "clip")(lambda self, min=None, max=None: jnp.clip(self, min, max))
-_register("clamp_min")(lambda self, min: jnp.maximum(self, min))
-_register("clamp_max")(lambda self, max: jnp.minimum(self, max))
+
+
+@jax.custom_jvp
+def _clamp(x, low, high):
+    """torch.clamp (a bound may be None, a number or a tensor). Its derivative is torch's:
+    x's tangent passes where low <= x <= high, the bounds included, and a tensor bound's
+    where x is beyond it. Autodiff of `jnp.clip` splits a tie at a bound in half."""
+    return jnp.clip(x, low, high)
+
+
+@_clamp.defjvp
+def _clamp_jvp(primals, tangents):
+    x, low, high = primals
+    d_x, d_low, d_high = tangents
+    inside = jnp.ones(x.shape, bool)
+    beyond = []
+    if low is not None:
+        inside = inside & (x >= low)
+        beyond.append((x < low, d_low))
+    if high is not None:
+        inside = inside & (x <= high)
+        beyond.append((x > high, d_high))
+    zero = jnp.zeros_like(d_x)
+    tangent = jnp.where(inside, d_x, zero)
+    for mask, d_bound in beyond:
+        if jnp.issubdtype(d_bound.dtype, jnp.inexact):  # an integer bound's is float0
+            tangent = tangent + jnp.where(mask, d_bound, zero).astype(d_x.dtype)
+    return _clamp(x, low, high), tangent
+
+
+_register("clamp", "clip")(lambda self, min=None, max=None: _clamp(self, min, max))
+_register("clamp_min")(lambda self, min: _clamp(self, min, None))
+_register("clamp_max")(lambda self, max: _clamp(self, None, max))
 _register("where")(lambda condition, self, other: jnp.where(condition, self, other))
 _register("masked_fill")(lambda self, mask, value: jnp.where(mask, jnp.asarray(value, self.dtype),
                                                                self))

@@ -352,3 +352,26 @@ def test_what_cannot_convert_is_refused_at_conversion():
         dl.interop.from_torch(_FunctionalBatchNorm(), x)
     with pytest.raises(NotImplementedError, match="pass example_inputs"):
         dl.interop.from_torch(_Bessel())
+
+
+class _Clamps(nn.Module):
+    """clamp, clamp_min, clamp_max and hardtanh on values that land on their bounds."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(6))
+        self.low = nn.Parameter(torch.full((6,), 0.5))
+
+    def forward(self, x):
+        y = x * self.scale
+        return torch.stack([y.clamp(0, 1), y.clamp_min(0), y.clamp_max(1), F.hardtanh(y, 0, 1),
+                            torch.clamp(y, min=self.low)])
+
+
+def test_clamps_take_torchs_gradient_at_their_bounds(rng):
+    """torch.clamp passes the gradient at a bound, hardtanh does not; a clip's autodiff
+    gives half there. The scale's gradient sums x * cotangent where each passes."""
+    torch_model = _Clamps()
+    x = np.asarray([-1.0, 0.0, 0.5, 1.0, 2.0, 0.25], np.float32)
+    model = dl.interop.from_torch(torch_model, (torch.as_tensor(x),))
+    check_against_torch(torch_model, model, (x,), rng)
