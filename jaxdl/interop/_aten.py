@@ -111,8 +111,11 @@ _register("gelu")(lambda self, *, approximate="none": F.gelu(self, approximate))
 _register("leaky_relu")(lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope))
 _register("hardtanh")(lambda self, min_val=-1.0, max_val=1.0: F.hardtanh(self, min_val, max_val))
 _register("softplus")(lambda self, beta=1, threshold=20: F.softplus(self, beta, threshold))
+# expm1 of the negative part only: of large positive inputs it is inf, and the unselected
+# branch's gradient (0 * inf) would be NaN
 _register("elu")(lambda self, alpha=1, scale=1, input_scale=1:
-                 scale * jnp.where(self > 0, self, alpha * jnp.expm1(self * input_scale)))
+                 scale * jnp.where(self > 0, self,
+                                   alpha * jnp.expm1(jnp.where(self > 0, 0, self) * input_scale)))
 
 
 @jax.custom_jvp

@@ -57,12 +57,18 @@ def leaky_relu(input, negative_slope=0.01, inplace: bool = False):
     return jnp.where(input > 0, input, input * negative_slope)
 
 
+def _negative_part(input):
+    """min(x, 0) whose derivative at 0 is 1, as torch's ELU family takes it (a min's autodiff
+    splits the tie in half)."""
+    return jnp.where(input > 0, 0, input)
+
+
 def elu(input, alpha=1.0, inplace: bool = False):
-    return jnp.where(input > 0, input, alpha * jnp.expm1(jnp.minimum(input, 0)))
+    return jnp.where(input > 0, input, alpha * jnp.expm1(_negative_part(input)))
 
 
 def celu(input, alpha=1.0, inplace: bool = False):
-    return jnp.where(input > 0, input, alpha * jnp.expm1(jnp.minimum(input, 0) / alpha))
+    return jnp.where(input > 0, input, alpha * jnp.expm1(_negative_part(input) / alpha))
 
 
 def selu(input, inplace: bool = False):
@@ -148,7 +154,9 @@ def hardshrink(input, lambd: float = 0.5):
 
 
 def softshrink(input, lambd: float = 0.5):
-    return (jnp.sign(input) * jnp.maximum(jnp.abs(input) - lambd, 0)).astype(input.dtype)
+    # as torch writes it, so the derivative at +-lambd is torch's 0 (a max's autodiff: half)
+    shrunk = jnp.where(input > lambd, input - lambd, jnp.where(input < -lambd, input + lambd, 0))
+    return shrunk.astype(input.dtype)
 
 
 def tanhshrink(input):

@@ -354,8 +354,9 @@ def test_what_cannot_convert_is_refused_at_conversion():
         dl.interop.from_torch(_Bessel())
 
 
-class _Clamps(nn.Module):
-    """clamp, clamp_min, clamp_max and hardtanh on values that land on their bounds."""
+class _Kinks(nn.Module):
+    """clamp, clamp_min, clamp_max, hardtanh and elu on values that land on their kinks,
+    and elu of inputs whose exp overflows."""
 
     def __init__(self):
         super().__init__()
@@ -365,13 +366,14 @@ class _Clamps(nn.Module):
     def forward(self, x):
         y = x * self.scale
         return torch.stack([y.clamp(0, 1), y.clamp_min(0), y.clamp_max(1), F.hardtanh(y, 0, 1),
-                            torch.clamp(y, min=self.low)])
+                            torch.clamp(y, min=self.low), F.elu(y), F.elu(100 * y) / 100])
 
 
-def test_clamps_take_torchs_gradient_at_their_bounds(rng):
-    """torch.clamp passes the gradient at a bound, hardtanh does not; a clip's autodiff
-    gives half there. The scale's gradient sums x * cotangent where each passes."""
-    torch_model = _Clamps()
+def test_clamps_and_elu_take_torchs_gradient_at_their_kinks(rng):
+    """torch.clamp passes the gradient at a bound, hardtanh does not, elu's negative side
+    takes it at 0; autodiff of a clip, max or min gives half there. The scale's gradient sums
+    x * cotangent where each passes; elu(200) must not make it NaN."""
+    torch_model = _Kinks()
     x = np.asarray([-1.0, 0.0, 0.5, 1.0, 2.0, 0.25], np.float32)
     model = dl.interop.from_torch(torch_model, (torch.as_tensor(x),))
     check_against_torch(torch_model, model, (x,), rng)

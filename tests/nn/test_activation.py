@@ -82,19 +82,23 @@ def test_functional_matches_torch(case, rng):
     check_by_name(case, floats, constants, kwargs)
 
 
-# values at, inside and outside each function's bounds: torch's derivative is zero at a
-# bound (hardtanh_backward), where autodiff of a clip gives half the gradient
-BOUNDED_CASES = {
+# values on, inside and outside each function's kinks, where autodiff of a max, min or clip
+# splits a tie in half: torch's derivative is zero at a clamp's bound (hardtanh_backward) and
+# at softshrink's +-lambd, the negative side's at ELU's 0
+KINK_CASES = {
     "relu6": ([-1.0, 0.0, 0.5, 6.0, 7.0, 3.0], {}),
     "hardtanh": ([-2.0, -0.5, 0.0, 0.5, 0.5, 1.0], dict(min_val=-0.5, max_val=0.5)),
     "hardsigmoid": ([-4.0, -3.0, 0.0, 1.5, 3.0, 4.0], {}),
     "hardswish": ([-4.0, -3.0, 0.0, 1.5, 3.0, 4.0], {}),
+    "elu": ([-1.0, 0.0, 0.0, 1.0, 2.0, -0.5], dict(alpha=0.7)),
+    "celu": ([-1.0, 0.0, 0.0, 1.0, 2.0, -0.5], dict(alpha=0.7)),
+    "softshrink": ([-1.0, -0.5, 0.0, 0.25, 0.5, 1.0], dict(lambd=0.5)),
 }
 
 
-@pytest.mark.parametrize("name", BOUNDED_CASES)
-def test_bounded_activation_gradient_at_its_bounds_matches_torch(name):
-    values, kwargs = BOUNDED_CASES[name]
+@pytest.mark.parametrize("name", KINK_CASES)
+def test_activation_gradient_at_its_kinks_matches_torch(name):
+    values, kwargs = KINK_CASES[name]
     x = np.asarray(values, np.float32)
     weights = np.arange(1, len(values) + 1, dtype=np.float32)
     tx = torch.tensor(x, requires_grad=True)
@@ -106,11 +110,11 @@ def test_bounded_activation_gradient_at_its_bounds_matches_torch(name):
 
     out, grad = jax.value_and_grad(loss)(jnp.asarray(x))
     np.testing.assert_allclose(float(out), float((t_out * torch.tensor(weights)).sum().detach()), rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(grad), tx.grad.numpy())
+    np.testing.assert_allclose(np.asarray(grad), tx.grad.numpy(), rtol=1e-6)
     # forward mode agrees with the reverse-mode gradient
     jvp = jax.jvp(lambda v: getattr(F, name)(v, **kwargs), (jnp.asarray(x),),
                   (jnp.ones_like(x),))[1]
-    np.testing.assert_array_equal(np.asarray(jvp) * weights, np.asarray(grad))
+    np.testing.assert_allclose(np.asarray(jvp) * weights, np.asarray(grad), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
