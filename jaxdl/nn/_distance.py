@@ -33,6 +33,17 @@ def _clamp_value(x, low):
     return x + jax.lax.stop_gradient(jnp.maximum(x, low) - x)
 
 
+def _clamp_min_zero(z):
+    """max(z, 0) with torch's `clamp_min(z, 0)` derivative: the gradient passes at 0 (a max's
+    autodiff gives half there)."""
+    return jnp.where(z >= 0, z, 0.0)
+
+
+def _hinge(z):
+    """max(z, 0) with the derivative of torch's margin kernels (`if (z > 0)`): none at 0."""
+    return jnp.where(z > 0, z, 0.0)
+
+
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) along `dim`, after broadcasting x1 and x2,
     as torch (which clamps the norms without a gradient)."""
@@ -75,7 +86,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     squares = (jnp.sum(x * x, axis=-1) + 1e-12 for x in (input1, input2))
     cos = dot / jnp.sqrt(next(squares) * next(squares))
     loss = (jnp.where(target == 1, 1 - cos, 0.0)
-            + jnp.where(target == -1, jnp.maximum(cos - margin, 0.0), 0.0))
+            + jnp.where(target == -1, _clamp_min_zero(cos - margin), 0.0))
     return _reduce(loss, reduction)
 
 
@@ -94,7 +105,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                         reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
-    return _reduce(jnp.maximum(0.0, -target * (input1 - input2) + margin), reduction)
+    return _reduce(_clamp_min_zero(-target * (input1 - input2) + margin), reduction)
 
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
@@ -126,7 +137,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     if var.ndim == input.ndim - 1 or (var.ndim == input.ndim and var.shape[-1] == 1
                                       and input.shape[-1] != 1):
         var = var.reshape(*input.shape[:-1], 1) if var.ndim == input.ndim - 1 else var
-    var = jnp.maximum(var, eps)  # clamped without gradient below eps, as PyTorch's clamp
+    var = _clamp_value(var, eps)  # torch clamps a clone under no_grad: the gradient passes
     loss = 0.5 * (jnp.log(var) + (input - target) ** 2 / var)
     if full:
         loss = loss + 0.5 * jnp.log(2 * jnp.pi)
@@ -141,7 +152,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
         d_neg = jnp.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
-    return _reduce(jnp.maximum(0.0, margin + d_pos - d_neg), reduction)
+    return _reduce(_clamp_min_zero(margin + d_pos - d_neg), reduction)
 
 
 def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=None,
@@ -156,7 +167,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
     x = input if input.ndim == 2 else input.reshape(1, -1)  # a 0-d input is one class
     y = jnp.asarray(target).reshape(-1)
     picked = jnp.take_along_axis(x, y[:, None], axis=1)
-    terms = jnp.maximum(0.0, margin - picked + x) ** p
+    terms = _hinge(margin - picked + x) ** p
     if weight is not None:
         terms = terms * jnp.asarray(weight)[y][:, None]
     terms = jnp.where(jnp.arange(x.shape[1])[None] == y[:, None], 0.0, terms)
@@ -179,7 +190,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     d_pos, d_neg = distance(anchor, positive), distance(anchor, negative)
     if swap:
         d_neg = jnp.minimum(d_neg, distance(positive, negative))
-    return _reduce(jnp.maximum(margin + d_pos - d_neg, 0.0), reduction)
+    return _reduce(_clamp_min_zero(margin + d_pos - d_neg), reduction)
 
 
 def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
@@ -200,7 +211,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     safe = jnp.where(listed, y, 0)
     is_target = jnp.any(listed[:, :, None] & (safe[:, :, None] == jnp.arange(classes)), axis=1)
     picked = jnp.take_along_axis(x, safe, axis=1)  # (N, J)
-    hinge = jnp.maximum(1 - picked[:, :, None] + x[:, None, :], 0.0)  # (N, J, C)
+    hinge = _hinge(1 - picked[:, :, None] + x[:, None, :])  # (N, J, C)
     hinge = jnp.where(listed[:, :, None] & ~is_target[:, None, :], hinge, 0.0)
     loss = jnp.sum(hinge, axis=(1, 2)) / classes
     return _reduce(loss if input.ndim == 2 else loss[0], reduction)

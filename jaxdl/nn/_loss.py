@@ -42,7 +42,13 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _pointwise_pair("l1_loss", input, target)
-    return _reduce(jnp.abs(input - target), reduction)
+    return _reduce(_abs(input - target), reduction)
+
+
+def _abs(d):
+    """|d| whose derivative at 0 is torch's sign(0) = 0 (jnp.abs's is 1): d sign(d), the
+    same value for every d, -0.0 and NaN included."""
+    return d * jnp.sign(d)
 
 
 def _class_last(x):
@@ -137,9 +143,9 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (plain L1 for beta=0)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _pointwise_pair("smooth_l1_loss", input, target)
+    if beta == 0.0:  # torch's is then l1_loss's
+        return _reduce(_abs(input - target), reduction)
     d = jnp.abs(input - target)
-    if beta == 0.0:
-        return _reduce(d, reduction)
     return _reduce(jnp.where(d < beta, 0.5 * jnp.square(d) / beta, d - 0.5 * beta), reduction)
 
 

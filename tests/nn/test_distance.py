@@ -61,3 +61,29 @@ FUNCTIONAL_CASES = {
 def test_functional_matches_torch(case, rng):
     floats, constants, kwargs = FUNCTIONAL_CASES[case](rng)
     check_by_name(case, floats, constants, kwargs)
+
+
+def _f32(*values):
+    return np.asarray(values, np.float32)
+
+
+# inputs that put each loss exactly on its kink, where autodiff of abs, max or min differs
+# from torch: l1's derivative at 0 is sign(0) = 0, clamp_min(z, 0)'s passes at z = 0, the
+# margin kernels' `if (z > 0)` does not; gaussian_nll clamps var without stopping its gradient
+KINK_CASES = {
+    "l1_loss": ([_f32(0, 1, 2, 3), _f32(0, 1, 0, 5)], [], dict(reduction="sum")),
+    "smooth_l1_loss": ([_f32(0, 1, 2, 3), _f32(0, 1, 0, 5)], [], dict(beta=0.0)),
+    "margin_ranking_loss": ([_f32(1, 2, 0), _f32(0, 2, 1)], [_f32(-1, 1, -1)],
+                            dict(margin=1.0, reduction="sum")),
+    "multi_margin_loss": ([np.asarray([[1, 0, 2], [0, 0, 0]], np.float32)],
+                          [np.asarray([0, 1])], dict(reduction="sum")),
+    "multilabel_margin_loss": ([np.asarray([[1, 0, 2]], np.float32)],
+                               [np.asarray([[0, -1, -1]])], {}),
+    "gaussian_nll_loss": ([_f32(0.5, 1.0), _f32(0.0, 0.0), _f32(1e-8, 0.5)], [], {}),
+}
+
+
+@pytest.mark.parametrize("name", KINK_CASES)
+def test_loss_gradient_at_its_kink_matches_torch(name):
+    floats, constants, kwargs = KINK_CASES[name]
+    check_functional(getattr(F, name), getattr(TF, name), floats, constants, kwargs)
