@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl import amp
+from jaxdl.nn import _kinks
 from jaxdl.nn import functional as F
+from jaxdl.nn._distance import vector_norm
 
 ATEN = {}
 NEEDS_KEY = set()
@@ -90,7 +92,7 @@ _same("pow", fn=jnp.power)
 _same("maximum", "max.other", fn=jnp.maximum)
 _same("minimum", "min.other", fn=jnp.minimum)
 _same("atan2", fn=jnp.arctan2)
-for _name, _fn in {"neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log,
+for _name, _fn in {"neg": jnp.negative, "abs": _kinks.abs, "exp": jnp.exp, "log": jnp.log,
                    "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p,
                    "expm1": jnp.expm1, "sqrt": jnp.sqrt, "rsqrt": jax.lax.rsqrt,
                    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "tanh": jnp.tanh,
@@ -115,40 +117,12 @@ _register("softplus")(lambda self, beta=1, threshold=20: F.softplus(self, beta, 
 # branch's gradient (0 * inf) would be NaN
 _register("elu")(lambda self, alpha=1, scale=1, input_scale=1:
                  scale * jnp.where(self > 0, self,
-                                   alpha * jnp.expm1(jnp.where(self > 0, 0, self) * input_scale)))
+                                   alpha * jnp.expm1(_kinks.negative_part(self) * input_scale)))
 
 
-@jax.custom_jvp
-def _clamp(x, low, high):
-    """torch.clamp (a bound may be None, a number or a tensor). Its derivative is torch's:
-    x's tangent passes where low <= x <= high, the bounds included, and a tensor bound's
-    where x is beyond it. Autodiff of `jnp.clip` splits a tie at a bound in half."""
-    return jnp.clip(x, low, high)
-
-
-@_clamp.defjvp
-def _clamp_jvp(primals, tangents):
-    x, low, high = primals
-    d_x, d_low, d_high = tangents
-    inside = jnp.ones(x.shape, bool)
-    beyond = []
-    if low is not None:
-        inside = inside & (x >= low)
-        beyond.append((x < low, d_low))
-    if high is not None:
-        inside = inside & (x <= high)
-        beyond.append((x > high, d_high))
-    zero = jnp.zeros_like(d_x)
-    tangent = jnp.where(inside, d_x, zero)
-    for mask, d_bound in beyond:
-        if jnp.issubdtype(d_bound.dtype, jnp.inexact):  # an integer bound's is float0
-            tangent = tangent + jnp.where(mask, d_bound, zero).astype(d_x.dtype)
-    return _clamp(x, low, high), tangent
-
-
-_register("clamp", "clip")(lambda self, min=None, max=None: _clamp(self, min, max))
-_register("clamp_min")(lambda self, min: _clamp(self, min, None))
-_register("clamp_max")(lambda self, max: _clamp(self, None, max))
+_register("clamp", "clip")(lambda self, min=None, max=None: _kinks.clamp(self, min, max))
+_register("clamp_min")(lambda self, min: _kinks.clamp(self, min, None))
+_register("clamp_max")(lambda self, max: _kinks.clamp(self, None, max))
 _register("where")(lambda condition, self, other: jnp.where(condition, self, other))
 _register("masked_fill")(lambda self, mask, value: jnp.where(mask, jnp.asarray(value, self.dtype),
                                                                self))
@@ -183,14 +157,20 @@ _register("logsumexp")(lambda self, dim, keepdim=False:
 _register("cumsum")(lambda self, dim, *, dtype=None: jnp.cumsum(self, dim, dtype=dtype))
 
 
-def _value_and_index(values, indices):
+def _value_and_index(indices):
+    """max.dim / min.dim: the value read at the index, so that its gradient goes to that one
+    entry (the first of a tie), as torch's; a max over the axis would split it among ties."""
     def op(self, dim, keepdim=False):
-        return values(self, axis=dim, keepdims=keepdim), indices(self, axis=dim, keepdims=keepdim)
+        index = indices(self, axis=dim, keepdims=True)
+        value = jnp.take_along_axis(self, index, axis=dim)
+        if not keepdim:
+            value, index = jnp.squeeze(value, dim), jnp.squeeze(index, dim)
+        return value, index
     return op
 
 
-_register("max.dim")(_value_and_index(jnp.max, jnp.argmax))
-_register("min.dim")(_value_and_index(jnp.min, jnp.argmin))
+_register("max.dim")(_value_and_index(jnp.argmax))
+_register("min.dim")(_value_and_index(jnp.argmin))
 _register("argmax")(lambda self, dim=None, keepdim=False: jnp.argmax(self, dim, keepdims=keepdim))
 _register("argmin")(lambda self, dim=None, keepdim=False: jnp.argmin(self, dim, keepdims=keepdim))
 
@@ -204,10 +184,11 @@ def _moment(fn):
 
 _register("var.correction")(_moment(jnp.var))
 _register("std.correction")(_moment(jnp.std))
+# a zero vector's gradient is 0, as torch's (autodiff of jnp.linalg.vector_norm: NaN)
 _register("linalg_vector_norm")(
-    lambda self, ord=2, dim=None, keepdim=False, *, dtype=None: jnp.linalg.vector_norm(
-        self if dtype is None else self.astype(dtype), ord=ord,
-        axis=None if dim is None else _dims(dim, self.ndim), keepdims=keepdim))
+    lambda self, ord=2, dim=None, keepdim=False, *, dtype=None: vector_norm(
+        self if dtype is None else self.astype(dtype), ord,
+        None if dim is None else _dims(dim, self.ndim), keepdim))
 
 
 # ---- shapes, views and copies ------------------------------------------------------------------

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
+from jaxdl.nn import _kinks
 from jaxdl.nn._reduction import legacy_reduction
 from jaxdl.nn._reduction import reduce_loss as _reduce
 
@@ -18,8 +19,8 @@ def vector_norm(x, p, axis, keepdims: bool = False):
         return jnp.max(jnp.abs(x), axis=axis, keepdims=keepdims)
     if p == -float("inf"):
         return jnp.min(jnp.abs(x), axis=axis, keepdims=keepdims)
-    if p == 1:
-        return jnp.sum(jnp.abs(x), axis=axis, keepdims=keepdims)
+    if p == 1:  # the gradient at a zero entry is torch's sign(0) = 0
+        return jnp.sum(_kinks.abs(x), axis=axis, keepdims=keepdims)
     zero = jnp.all(x == 0, axis=axis, keepdims=True)
     # powers and sum in at least float32, as torch's reduction (and its gradient with it)
     safe = jnp.where(zero, 1, jnp.abs(x).astype(accumulation_dtype(x.dtype)))
@@ -31,17 +32,6 @@ def vector_norm(x, p, axis, keepdims: bool = False):
 def _clamp_value(x, low):
     """max(x, low) in value with the gradient of x, as torch's clamp of a norm under no_grad."""
     return x + jax.lax.stop_gradient(jnp.maximum(x, low) - x)
-
-
-def _clamp_min_zero(z):
-    """max(z, 0) with torch's `clamp_min(z, 0)` derivative: the gradient passes at 0 (a max's
-    autodiff gives half there)."""
-    return jnp.where(z >= 0, z, 0.0)
-
-
-def _hinge(z):
-    """max(z, 0) with the derivative of torch's margin kernels (`if (z > 0)`): none at 0."""
-    return jnp.where(z > 0, z, 0.0)
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
@@ -86,7 +76,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     squares = (jnp.sum(x * x, axis=-1) + 1e-12 for x in (input1, input2))
     cos = dot / jnp.sqrt(next(squares) * next(squares))
     loss = (jnp.where(target == 1, 1 - cos, 0.0)
-            + jnp.where(target == -1, _clamp_min_zero(cos - margin), 0.0))
+            + jnp.where(target == -1, _kinks.clamp_min_zero(cos - margin), 0.0))
     return _reduce(loss, reduction)
 
 
@@ -105,7 +95,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None,
                         reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
-    return _reduce(_clamp_min_zero(-target * (input1 - input2) + margin), reduction)
+    return _reduce(_kinks.clamp_min_zero(-target * (input1 - input2) + margin), reduction)
 
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
@@ -152,7 +142,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
         d_neg = jnp.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
-    return _reduce(_clamp_min_zero(margin + d_pos - d_neg), reduction)
+    return _reduce(_kinks.clamp_min_zero(margin + d_pos - d_neg), reduction)
 
 
 def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=None,
@@ -167,7 +157,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0, weight=Non
     x = input if input.ndim == 2 else input.reshape(1, -1)  # a 0-d input is one class
     y = jnp.asarray(target).reshape(-1)
     picked = jnp.take_along_axis(x, y[:, None], axis=1)
-    terms = _hinge(margin - picked + x) ** p
+    terms = _kinks.hinge(margin - picked + x) ** p
     if weight is not None:
         terms = terms * jnp.asarray(weight)[y][:, None]
     terms = jnp.where(jnp.arange(x.shape[1])[None] == y[:, None], 0.0, terms)
@@ -190,7 +180,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     d_pos, d_neg = distance(anchor, positive), distance(anchor, negative)
     if swap:
         d_neg = jnp.minimum(d_neg, distance(positive, negative))
-    return _reduce(_clamp_min_zero(margin + d_pos - d_neg), reduction)
+    return _reduce(_kinks.clamp_min_zero(margin + d_pos - d_neg), reduction)
 
 
 def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
@@ -211,7 +201,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     safe = jnp.where(listed, y, 0)
     is_target = jnp.any(listed[:, :, None] & (safe[:, :, None] == jnp.arange(classes)), axis=1)
     picked = jnp.take_along_axis(x, safe, axis=1)  # (N, J)
-    hinge = _hinge(1 - picked[:, :, None] + x[:, None, :])  # (N, J, C)
+    hinge = _kinks.hinge(1 - picked[:, :, None] + x[:, None, :])  # (N, J, C)
     hinge = jnp.where(listed[:, :, None] & ~is_target[:, None, :], hinge, 0.0)
     loss = jnp.sum(hinge, axis=(1, 2)) / classes
     return _reduce(loss if input.ndim == 2 else loss[0], reduction)

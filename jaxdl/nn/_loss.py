@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxdl import _anomaly, amp, ops
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module
+from jaxdl.nn import _kinks
 from jaxdl.nn._activation import _ops_supports, log_softmax
 from jaxdl.nn._ctc import ctc_loss
 from jaxdl.nn._distance import multilabel_margin_loss, triplet_margin_with_distance_loss
@@ -42,13 +43,8 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _pointwise_pair("l1_loss", input, target)
-    return _reduce(_abs(input - target), reduction)
+    return _reduce(_kinks.abs(input - target), reduction)
 
-
-def _abs(d):
-    """|d| whose derivative at 0 is torch's sign(0) = 0 (jnp.abs's is 1): d sign(d), the
-    same value for every d, -0.0 and NaN included."""
-    return d * jnp.sign(d)
 
 
 def _class_last(x):
@@ -144,7 +140,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _pointwise_pair("smooth_l1_loss", input, target)
     if beta == 0.0:  # torch's is then l1_loss's
-        return _reduce(_abs(input - target), reduction)
+        return _reduce(_kinks.abs(input - target), reduction)
     d = jnp.abs(input - target)
     return _reduce(jnp.where(d < beta, 0.5 * jnp.square(d) / beta, d - 0.5 * beta), reduction)
 

@@ -7,6 +7,7 @@ in step with torch on the same batches.
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -355,8 +356,8 @@ def test_what_cannot_convert_is_refused_at_conversion():
 
 
 class _Kinks(nn.Module):
-    """clamp, clamp_min, clamp_max, hardtanh and elu on values that land on their kinks,
-    and elu of inputs whose exp overflows."""
+    """Ops on values that land on their kinks: clamp, clamp_min, clamp_max, hardtanh and elu
+    at their bounds, elu of inputs whose exp overflows, abs at 0, max/min over a tie."""
 
     def __init__(self):
         super().__init__()
@@ -365,15 +366,54 @@ class _Kinks(nn.Module):
 
     def forward(self, x):
         y = x * self.scale
-        return torch.stack([y.clamp(0, 1), y.clamp_min(0), y.clamp_max(1), F.hardtanh(y, 0, 1),
-                            torch.clamp(y, min=self.low), F.elu(y), F.elu(100 * y) / 100])
+        tied = torch.stack([y, self.low])  # y[2] == low[2] == 0.5
+        return torch.cat([
+            y.clamp(0, 1), y.clamp_min(0), y.clamp_max(1), F.hardtanh(y, 0, 1),
+            torch.clamp(y, min=self.low), F.elu(y), F.elu(100 * y) / 100, (y - 0.5).abs(),
+            tied.max(dim=0).values, tied.min(dim=0).values])
 
 
-def test_clamps_and_elu_take_torchs_gradient_at_their_kinks(rng):
+def test_ops_take_torchs_gradient_at_their_kinks(rng):
     """torch.clamp passes the gradient at a bound, hardtanh does not, elu's negative side
-    takes it at 0; autodiff of a clip, max or min gives half there. The scale's gradient sums
-    x * cotangent where each passes; elu(200) must not make it NaN."""
+    takes it at 0, abs'(0) is 0, max.dim gives a tie's gradient to the first entry; autodiff
+    of abs, clip, max or min differs at each. The scale's gradient sums x * cotangent where
+    each passes; elu(200) must not make it NaN."""
     torch_model = _Kinks()
     x = np.asarray([-1.0, 0.0, 0.5, 1.0, 2.0, 0.25], np.float32)
     model = dl.interop.from_torch(torch_model, (torch.as_tensor(x),))
     check_against_torch(torch_model, model, (x,), rng)
+
+
+ATEN_KINK_CASES = {
+    "abs": ((), [0.0, 1.0, -2.0, 0.0]),
+    "max.dim": ((1,), [[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, -1.0, 2.0]]),
+    "min.dim": ((1,), [[1.0, 0.0, 0.0, 3.0], [2.0, 2.0, 5.0, 2.0]]),
+    "linalg_vector_norm": ((2.0, [1]), [[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]),
+}
+
+
+@pytest.mark.parametrize("key", ATEN_KINK_CASES)
+def test_aten_entry_gradient_at_a_kink_matches_torch(key):
+    """The ATen table's entry against the torch op itself, on ties and zeros: abs'(0) = 0,
+    max.dim / min.dim give a tie's gradient to the index they return, a zero vector's norm
+    has gradient 0 (not NaN)."""
+    from jaxdl.interop._aten import ATEN
+
+    args, values = ATEN_KINK_CASES[key]
+    x = np.asarray(values, np.float32)
+    packet, _, overload = key.partition(".")
+    op = getattr(torch.ops.aten, packet)
+    op = getattr(op, overload) if overload else op
+    t = torch.tensor(x, requires_grad=True)
+    t_out = op(t, *args)
+    t_out = t_out[0] if isinstance(t_out, tuple) else t_out
+    weights = torch.arange(1, t_out.numel() + 1, dtype=torch.float32).reshape(t_out.shape)
+    (t_out * weights).sum().backward()
+
+    def loss(v):
+        out = ATEN[key](v, *args)
+        out = out[0] if isinstance(out, tuple) else out
+        return jnp.sum(out * jnp.asarray(weights.numpy()))
+
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(jnp.asarray(x))), t.grad.numpy(),
+                               rtol=1e-6, atol=1e-7)
