@@ -1,5 +1,6 @@
 """Losses: functional forms and modules with PyTorch's constructor arguments."""
 
+import functools
 import math
 
 import jax
@@ -161,10 +162,38 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     """-(t log x + (1 - t) log(1 - x)), each log clamped at -100 as in PyTorch."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     input, target = _same_shape("binary_cross_entropy", input, target)
-    log_x = jnp.maximum(jnp.log(input), -100.0)
-    log_1mx = jnp.maximum(jnp.log1p(-input), -100.0)
-    loss = -(target * log_x + (1 - target) * log_1mx)
+    loss = _binary_cross_entropy_terms(input, target)
     return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+# torch's binary_cross_entropy_backward divides by max(x (1 - x), EPSILON)
+_BCE_EPSILON = 1e-12
+
+
+@jax.custom_jvp
+def _binary_cross_entropy_terms(x, t):
+    """Each element's loss, with torch's derivatives: (x - t) / max(x (1 - x), 1e-12) for x
+    and log(1 - x) - log(x) for t. Autodiff of the clamped logs gave NaN where x is exactly
+    0 or 1 (a saturated sigmoid), where torch's gradient is finite (0 where t equals x)."""
+    log_x = jnp.maximum(jnp.log(x), -100.0)
+    log_1mx = jnp.maximum(jnp.log1p(-x), -100.0)
+    return -(t * log_x + (1 - t) * log_1mx)
+
+
+@functools.partial(_binary_cross_entropy_terms.defjvp, symbolic_zeros=True)
+def _binary_cross_entropy_terms_jvp(primals, tangents):
+    x, t = primals
+    d_x, d_t = tangents
+    loss = _binary_cross_entropy_terms(x, t)
+    acc = accumulation_dtype(x.dtype)  # 1e-12 is 0 in half precision
+    wide_x = x.astype(acc)
+    tangent = jnp.zeros_like(loss)
+    if not isinstance(d_x, jax.custom_derivatives.SymbolicZero):
+        slope = (wide_x - t) / jnp.maximum((1 - wide_x) * wide_x, _BCE_EPSILON)
+        tangent = tangent + (slope * d_x).astype(loss.dtype)
+    if not isinstance(d_t, jax.custom_derivatives.SymbolicZero):  # its inf * 0 would be NaN
+        tangent = tangent + ((jnp.log1p(-wide_x) - jnp.log(wide_x)) * d_t).astype(loss.dtype)
+    return loss, tangent
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,

@@ -139,3 +139,22 @@ def test_linear_cross_entropy(case, rng):
     check_functional(lambda x, w, b, t, **kw: F.linear_cross_entropy(x, w, t, linear_bias=b, **kw),
                      lambda x, w, b, t, **kw: TF.linear_cross_entropy(x, w, t, linear_bias=b, **kw),
                      [x, w, b], [target], kwargs, torch_kwargs=t_kwargs)
+
+
+@pytest.mark.parametrize("with_target_grad", [False, True])
+def test_binary_cross_entropy_gradient_at_saturated_inputs_matches_torch(with_target_grad):
+    """Inputs of exactly 0 and 1 (a saturated sigmoid): torch's gradient is finite, (x - t)
+    / max(x (1 - x), 1e-12), and 0 where the target equals the input; autodiff of the
+    clamped logs gave NaN there."""
+    x = np.asarray([0.0, 1.0, 0.0, 1.0, 0.5, 1e-30], np.float32)
+    t = np.asarray([0.0, 1.0, 1.0, 0.0, 1.0, 1.0], np.float32)
+    w = np.arange(1, 7, dtype=np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    tt = torch.tensor(t, requires_grad=with_target_grad)
+    torch.nn.functional.binary_cross_entropy(tx, tt, weight=torch.tensor(w)).backward()
+    argnums = (0, 1) if with_target_grad else (0,)
+    grads = jax.grad(lambda a, b: F.binary_cross_entropy(a, b, weight=jnp.asarray(w)),
+                     argnums)(jnp.asarray(x), jnp.asarray(t))
+    np.testing.assert_allclose(np.asarray(grads[0]), tx.grad.numpy(), rtol=1e-6)
+    if with_target_grad:  # log(1 - x) - log(x): infinite at 0 and 1, as torch's
+        np.testing.assert_allclose(np.asarray(grads[1]), tt.grad.numpy(), rtol=1e-6)
