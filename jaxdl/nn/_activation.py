@@ -114,7 +114,8 @@ def prelu(input, weight):
         raise ValueError(f"prelu: weight must hold 1 or {channels} (the input's channels) "
                          f"values, got shape {tuple(weight.shape)}")
     w = weight.reshape(()) if weight.size == 1 else weight.reshape((-1,) + (1,) * (input.ndim - 2))
-    return jnp.where(input >= 0, input, w * input)
+    # x > 0 as torch's prelu, whose derivative at 0 is the weight's branch
+    return jnp.where(input > 0, input, w * input)
 
 
 def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,

@@ -93,6 +93,7 @@ KINK_CASES = {
     "elu": ([-1.0, 0.0, 0.0, 1.0, 2.0, -0.5], dict(alpha=0.7)),
     "celu": ([-1.0, 0.0, 0.0, 1.0, 2.0, -0.5], dict(alpha=0.7)),
     "softshrink": ([-1.0, -0.5, 0.0, 0.25, 0.5, 1.0], dict(lambd=0.5)),
+    "prelu": ([-1.0, 0.0, 0.0, 0.5, 2.0, -0.5], dict(weight=np.asarray([0.25], np.float32))),
 }
 
 
@@ -102,7 +103,8 @@ def test_activation_gradient_at_its_kinks_matches_torch(name):
     x = np.asarray(values, np.float32)
     weights = np.arange(1, len(values) + 1, dtype=np.float32)
     tx = torch.tensor(x, requires_grad=True)
-    t_out = getattr(TF, name)(tx, **kwargs)
+    t_kwargs = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+    t_out = getattr(TF, name)(tx, **t_kwargs)
     (t_out * torch.tensor(weights)).sum().backward()
 
     def loss(v):
