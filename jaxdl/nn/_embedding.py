@@ -143,14 +143,27 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     if psw is not None:
         rows = rows * psw[:, None].astype(rows.dtype)
     if mode == "max":
-        out = jax.ops.segment_max(rows, segment, bags + 1)[:bags]
         counts = jax.ops.segment_sum(jnp.ones_like(flat), segment, bags + 1)[:bags]
-        return jnp.where(counts[:, None] > 0, out, 0.0)
+        return jnp.where(counts[:, None] > 0, _bag_max(rows, segment, bags), 0.0)
     out = jax.ops.segment_sum(rows, segment, bags + 1)[:bags]
     if mode == "mean":
         counts = jax.ops.segment_sum(jnp.ones(flat.shape, rows.dtype), segment, bags + 1)[:bags]
         out = out / jnp.maximum(counts, 1.0)[:, None]
     return out
+
+
+def _bag_max(rows, segment, bags):
+    """Each bag's max per dimension, read from the first entry that holds it, so that its
+    gradient goes to that entry alone, as torch's (its kernel keeps the first maximum);
+    `segment_max`'s derivative splits a tie among the tied entries."""
+    entries = rows.shape[0]
+    if entries == 0:
+        return jnp.zeros((bags, rows.shape[1]), rows.dtype)
+    top = jax.lax.stop_gradient(jax.ops.segment_max(rows, segment, bags + 1))
+    index = jnp.arange(entries)[:, None]
+    first = jax.ops.segment_min(jnp.where(rows == top[segment], index, entries), segment,
+                                bags + 1)[:bags]
+    return jnp.take_along_axis(rows, jnp.minimum(first, entries - 1), axis=0)
 
 
 def _renormed_weight(module, input):

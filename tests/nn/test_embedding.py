@@ -188,3 +188,13 @@ def test_one_hot_and_errors(rng):
         nn.Bilinear(3, 4, 2)(rand(rng, 2, 4), rand(rng, 2, 4))
     with pytest.raises(nn.ShapeError, match="axis 1 of size"):
         nn.Unflatten(1, (2, 2))(rand(rng, 2, 5))
+
+
+def test_embedding_bag_max_gives_a_tie_to_its_first_entry_as_torch():
+    """Rows tied in a bag's max (the same index twice, or equal values): torch's gradient goes
+    to the first entry that holds the max; a segment max's derivative splits it."""
+    weight = np.asarray([[1.0, 2.0], [1.0, 3.0], [0.5, 3.0]], np.float32)
+    flat, offsets = np.asarray([0, 1, 2, 1, 1, 0]), np.asarray([0, 3, 3])  # an empty bag
+    check_functional(lambda w, i, o: F.embedding_bag(i, w, o, mode="max"),
+                     lambda w, i, o: torch.nn.functional.embedding_bag(i, w, o, mode="max"),
+                     [weight], [flat, offsets])
