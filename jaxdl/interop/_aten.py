@@ -115,6 +115,7 @@ _register("hardtanh")(lambda self, min_val=-1.0, max_val=1.0: F.hardtanh(self, m
 _register("softplus")(lambda self, beta=1, threshold=20: F.softplus(self, beta, threshold))
 # expm1 of the negative part only: of large positive inputs it is inf, and the unselected
 # branch's gradient (0 * inf) would be NaN
+_register("prelu")(lambda self, weight: F.prelu(self, weight))
 _register("elu")(lambda self, alpha=1, scale=1, input_scale=1:
                  scale * jnp.where(self > 0, self,
                                    alpha * jnp.expm1(_kinks.negative_part(self) * input_scale)))
@@ -223,6 +224,9 @@ def _expand(self, size, *, implicit=False):
     lead = len(size) - self.ndim
     shape = [s if s != -1 else self.shape[i - lead] for i, s in enumerate(size)]
     return jnp.broadcast_to(self, tuple(shape))
+
+
+_register("broadcast_tensors")(lambda tensors: list(jnp.broadcast_arrays(*tensors)))
 
 
 def _identity(self, *args, **kwargs):
@@ -456,6 +460,25 @@ _register("mse_loss")(lambda self, target, reduction=1:
                       F.mse_loss(self, target, reduction=_REDUCTIONS[reduction]))
 _register("l1_loss")(lambda self, target, reduction=1:
                      F.l1_loss(self, target, reduction=_REDUCTIONS[reduction]))
+_register("smooth_l1_loss")(lambda self, target, reduction=1, beta=1.0:
+                            F.smooth_l1_loss(self, target, reduction=_REDUCTIONS[reduction],
+                                             beta=beta))
+_register("huber_loss")(lambda self, target, reduction=1, delta=1.0:
+                        F.huber_loss(self, target, reduction=_REDUCTIONS[reduction], delta=delta))
+_register("binary_cross_entropy")(lambda self, target, weight=None, reduction=1:
+                                  F.binary_cross_entropy(self, target, weight,
+                                                         reduction=_REDUCTIONS[reduction]))
+_register("soft_margin_loss")(lambda self, target, reduction=1:
+                              F.soft_margin_loss(self, target, reduction=_REDUCTIONS[reduction]))
+_register("kl_div")(lambda self, target, reduction=1, *, log_target=False:
+                    F.kl_div(self, target, reduction=_REDUCTIONS[reduction],
+                             log_target=log_target))
+_register("margin_ranking_loss")(lambda input1, input2, target, margin=0.0, reduction=1:
+                                 F.margin_ranking_loss(input1, input2, target, margin,
+                                                       reduction=_REDUCTIONS[reduction]))
+_register("hinge_embedding_loss")(lambda self, target, margin=1.0, reduction=1:
+                                  F.hinge_embedding_loss(self, target, margin,
+                                                         reduction=_REDUCTIONS[reduction]))
 _register("binary_cross_entropy_with_logits")(
     lambda self, target, weight=None, pos_weight=None, reduction=1:
     F.binary_cross_entropy_with_logits(self, target, weight, reduction=_REDUCTIONS[reduction],

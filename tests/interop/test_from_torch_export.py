@@ -417,3 +417,33 @@ def test_aten_entry_gradient_at_a_kink_matches_torch(key):
 
     np.testing.assert_allclose(np.asarray(jax.grad(loss)(jnp.asarray(x))), t.grad.numpy(),
                                rtol=1e-6, atol=1e-7)
+
+
+class _Losses(nn.Module):
+    """A forward that computes losses itself (an auxiliary loss inside the model): each is an
+    ATen operator of its own in the export (smooth_l1 at its beta among them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(6))
+        self.weight = nn.Parameter(torch.tensor([0.25]))
+        self.register_buffer("target", torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 0.0]))
+        self.register_buffer("signs", torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0]))
+
+    def forward(self, x):
+        y = x * self.scale
+        p = torch.sigmoid(y)
+        target, signs = self.target, self.signs
+        return torch.stack([
+            F.smooth_l1_loss(y, target, beta=0.5), F.huber_loss(y, target, delta=0.5),
+            F.binary_cross_entropy(p, target), F.soft_margin_loss(y, signs),
+            F.kl_div(F.log_softmax(y, 0), F.softmax(target, 0), reduction="sum"),
+            F.margin_ranking_loss(y, target, signs, margin=0.5),
+            F.hinge_embedding_loss(y, signs, margin=1.0), F.prelu(y, self.weight).sum()])
+
+
+def test_losses_inside_a_forward_convert_and_match_torch(rng):
+    torch_model = _Losses()
+    x = np.asarray([-1.0, 0.0, 0.5, 1.0, 2.0, 0.25], np.float32)
+    model = dl.interop.from_torch(torch_model, (torch.as_tensor(x),))
+    check_against_torch(torch_model, model, (x,), rng)
