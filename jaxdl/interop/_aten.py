@@ -113,14 +113,12 @@ _register("gelu")(lambda self, *, approximate="none": F.gelu(self, approximate))
 _register("leaky_relu")(lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope))
 _register("hardtanh")(lambda self, min_val=-1.0, max_val=1.0: F.hardtanh(self, min_val, max_val))
 _register("softplus")(lambda self, beta=1, threshold=20: F.softplus(self, beta, threshold))
+_register("prelu")(F.prelu)
 # expm1 of the negative part only: of large positive inputs it is inf, and the unselected
 # branch's gradient (0 * inf) would be NaN
-_register("prelu")(lambda self, weight: F.prelu(self, weight))
 _register("elu")(lambda self, alpha=1, scale=1, input_scale=1:
                  scale * jnp.where(self > 0, self,
                                    alpha * jnp.expm1(_kinks.negative_part(self) * input_scale)))
-
-
 _register("clamp", "clip")(lambda self, min=None, max=None: _kinks.clamp(self, min, max))
 _register("clamp_min")(lambda self, min: _kinks.clamp(self, min, None))
 _register("clamp_max")(lambda self, max: _kinks.clamp(self, None, max))

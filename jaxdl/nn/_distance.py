@@ -87,7 +87,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, 
     reduction = legacy_reduction(size_average, reduce, reduction)
     below = margin - input
     # torch's clamp_min: at below == 0 (frequent in bfloat16) the gradient passes whole
-    loss = (jnp.where(target != 1, jnp.where(below >= 0, below, 0.0), 0.0)
+    loss = (jnp.where(target != 1, _kinks.clamp_min_zero(below), 0.0)
             + jnp.where(target != -1, input, 0.0))
     return _reduce(loss, reduction)
 

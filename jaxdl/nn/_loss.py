@@ -47,7 +47,6 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     return _reduce(_kinks.abs(input - target), reduction)
 
 
-
 def _class_last(x):
     """Move the class axis (1 for N-d inputs, 0 for a single sample) to the end."""
     return x if x.ndim == 1 else jnp.moveaxis(x, 1, -1)
