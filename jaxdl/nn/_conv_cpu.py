@@ -94,6 +94,14 @@ _FEW_ROWS = 128
 # patches for small maps").
 _FEW_ROWS_MULTICORE = 400
 _FEW_TAPS = 9
+# On one core too once a patch row (C*k*k values) has at least this many: forward+backward,
+# ms, patches against XLA's convolution (2026-12-07, Intel Xeon VM, torch in brackets), 392
+# rows: (2, 256, 28x28) -> 256 stride 2 12.8 / 15.6 (12.4), (2, 128, 28x28) -> 256 stride 2
+# 6.3 / 7.1 (6.1); 256 rows: (16, 128, 4x4) -> 192 2.79 / 2.88, -> 128 1.97-2.03 / 1.99-2.03,
+# (16, 128, 8x8) -> 128 stride 2 2.34 / 2.27-2.30; narrower rows lost by 2-4% ((16, 96, 4x4) -> 128, (16, 64, 8x8) -> 128
+# stride 2). The 4% loss at 392 rows above was measured while the patch matrix was built by
+# one stack of the k*k offsets (see `_patches`).
+_WIDE_PATCH_ROW = 1152
 # Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
 # XLA's convolution, below that up to 40x longer (docs/design.md, "CPU convolutions").
@@ -281,8 +289,10 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
             and x_shape[-1] * w_shape[0] * in_pixels * pixels <= _MAP_MATRIX_ELEMENTS):
         return _channels_first(geometry, "whole_map")
     out_rows = x_shape[0] * pixels
+    wide = taps > 1 and rows >= _WIDE_PATCH_ROW
     if (pixels <= _TINY_MAP or (taps > 1 and out_rows <= _FEW_ROWS)
-            or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_MULTICORE and _cores() > 1)):
+            or (taps <= _FEW_TAPS and out_rows <= _FEW_ROWS_MULTICORE
+                and (_cores() > 1 or wide))):
         return dataclasses.replace(geometry, forward="patches", input_grad="patches",
                                    weight_grad="patches")
     if taps == 1 and any(s > 1 for s in stride) and x_shape[-1] >= 16:
@@ -440,8 +450,13 @@ def _xla(x, w, p: Plan):
 
 def _patches(x, w, p: Plan):
     # Channel-major, kernel offset minor: the order of w (O, C, *K) flattened to (O, C*K).
-    stacked = jnp.stack(_padded_views(x, w.shape[2:], p), axis=-1)
-    patch_matrix = stacked.reshape(*stacked.shape[:-2], -1)
+    # Stacked per kernel axis (`stack_windows`): one stack of all the offsets along the
+    # minor axis is a concatenate XLA emits operand by operand, each pass writing every
+    # k*k-th element of the whole patch matrix; past the core's cache that ran 11x slower
+    # ((2, 256, 28x28), 3x3 stride 2: 7.2 against 0.65 ms, Intel Xeon VM, one core).
+    views = _padded_views(x, w.shape[2:], p)
+    stacked = stack_windows(views, w.shape[2:], views[0].ndim)  # (N, *out, C, *K)
+    patch_matrix = stacked.reshape(*stacked.shape[:x.ndim - 1], -1)
     y = jax.lax.dot_general(patch_matrix, w.reshape(w.shape[0], -1),
                             (((patch_matrix.ndim - 1,), (1,)), ((), ())),
                             preferred_element_type=accumulation_dtype(x.dtype))

@@ -153,8 +153,9 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((8, 7, 7, 64), (192, 64, 3, 3))[0] == "winograd"  # 128 (32 4x4)
     assert lowerings((2, 14, 14, 32), (64, 32, 3, 3))[0] == "image_matmul"  # 32 channels
     assert lowerings((16, 4, 4, 256), (256, 256, 3, 3))[0] == "winograd"  # 64 blocks, wide
-    assert lowerings((16, 4, 4, 128), (256, 128, 3, 3))[0] == "xla"  # 64 blocks, 128 channels
-    assert lowerings((12, 4, 4, 512), (512, 512, 3, 3))[0] == "xla"  # 48 blocks
+    # not Winograd (64 blocks with 128 channels; 48 blocks): patches, for their wide patch rows
+    assert lowerings((16, 4, 4, 128), (256, 128, 3, 3))[0] == "patches"
+    assert lowerings((12, 4, 4, 512), (512, 512, 3, 3))[0] == "patches"
     assert lowerings((2, 224, 224, 3), (64, 3, 7, 7), stride=(2, 2))[0] == "image_matmul"
     assert lowerings((2, 224, 224, 3), (64, 3, 11, 11), stride=(4, 4))[0] == "xla"
     assert lowerings((16, 2, 2, 512), (512, 512, 3, 3)) == ("patches",) * 3 + (True,)
@@ -172,7 +173,7 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
     assert lowerings((16, 16, 16, 64), (128, 64, 1, 1), stride=(2, 2))[:3] == (
         "xla", "patches", "xla")
     assert lowerings((8, 32, 32, 64), (128, 64, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
-    assert lowerings((2, 28, 28, 256), (256, 256, 3, 3), stride=(2, 2))[:3] == ("xla",) * 3
+    assert lowerings((2, 28, 28, 256), (256, 256, 3, 3), stride=(2, 2))[:3] == ("patches",) * 3
     assert lowerings((16, 32, 32, 32), (32, 32, 3, 3))[:3] == ("xla",) * 3
     assert lowerings((8, 8, 8, 32), (32, 8, 3, 3), groups=4)[:3] == ("xla",) * 3
     off = _conv_cpu.plan((16, 2, 2, 512), (512, 512, 3, 3), (1, 1), ((1, 1),) * 2, (1, 1), 1,
@@ -183,7 +184,8 @@ def test_rule_depthwise_pointwise_stems_tiny_maps_and_strided_input_gradients(mo
 @pytest.mark.parametrize("cores", [1, 2])
 def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, monkeypatch):
     """XLA's convolution scales poorly to two cores; there 1x1 and 3x3 layers with at most
-    _FEW_ROWS_MULTICORE (400) output rows (images x pixels) take patches. One core keeps XLA's."""
+    _FEW_ROWS_MULTICORE (400) output rows (images x pixels) take patches. One core keeps XLA's
+    unless a patch row (C*k*k) has _WIDE_PATCH_ROW (1152) values or more."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
 
     def forward(x_shape, w_shape, stride=(1, 1)):
@@ -197,7 +199,8 @@ def test_rule_takes_patches_for_few_output_rows_on_more_than_one_core(cores, mon
     assert forward((2, 12, 12, 256), (256, 256, 3, 3)) == wide
     assert forward((16, 4, 4, 512), (512, 512, 3, 3)) == wide  # 256 rows
     assert forward((8, 8, 8, 32), (128, 32, 3, 3)) == "xla"  # 512 rows
-    assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == two
+    assert forward((2, 28, 28, 128), (256, 128, 3, 3), stride=(2, 2)) == "patches"  # 1152 wide
+    assert forward((2, 28, 28, 64), (128, 64, 3, 3), stride=(2, 2)) == two  # 576 wide
     assert forward((2, 7, 7, 832), (256, 832, 1, 1)) == two
     assert forward((8, 7, 7, 64), (192, 64, 5, 5)) == "xla"  # 392 rows, but a 5x5 kernel
     assert forward((2, 14, 14, 32), (64, 32, 3, 3)) == "image_matmul"  # ahead of the rule
