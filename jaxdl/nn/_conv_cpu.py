@@ -98,9 +98,10 @@ _FEW_TAPS = 9
 # ms, patches against XLA's convolution (2026-12-07, Intel Xeon VM, torch in brackets), 392
 # rows: (2, 256, 28x28) -> 256 stride 2 12.8 / 15.6 (12.4), (2, 128, 28x28) -> 256 stride 2
 # 6.3 / 7.1 (6.1); 256 rows: (16, 128, 4x4) -> 192 2.79 / 2.88, -> 128 1.97-2.03 / 1.99-2.03,
-# (16, 128, 8x8) -> 128 stride 2 2.34 / 2.27-2.30; narrower rows lost by 2-4% ((16, 96, 4x4) -> 128, (16, 64, 8x8) -> 128
-# stride 2). The 4% loss at 392 rows above was measured while the patch matrix was built by
-# one stack of the k*k offsets (see `_patches`).
+# (16, 128, 8x8) -> 128 stride 2 2.34 / 2.27-2.30, (16, 128, 4x4) -> 256 3.59 / 3.81, 48 4x4
+# blocks (12, 512, 4x4) -> 512 21.6 / 30.6 (22.3); narrower rows lost by 2-4% ((16, 96, 4x4) ->
+# 128, (16, 64, 8x8) -> 128 stride 2). The 4% loss at 392 rows above was measured while the
+# patch matrix was built by one stack of the k*k offsets (see `_patches`).
 _WIDE_PATCH_ROW = 1152
 # Per-image products need this many output pixels (14x14) to run fast: over the 1x1 layers
 # of the reference CNNs, at 196 pixels or more "image_matmul" took 0.35-1.1x the time of
