@@ -3,10 +3,12 @@ module constants overridden (B), and torch eager beside them.
 
     python benchmarks/ab.py mobilenet_v2@224 --set jaxdl.nn._conv_cpu._TRANSPOSED_PIXELS=0
     python benchmarks/ab.py vgg16@64 --threads 2 --set jaxdl.nn._conv_cpu._WINOGRAD_BLOCKS=10**9
+    python benchmarks/ab.py resnet18@224 --set jaxdl.optim._optimizer.Optimizer._flat_state=False
 
-A lowering rule's constants are read when a step is traced, so every call of B's step runs
-with the `--set` values in place (each `module.NAME=python expression`), restored after it;
-A is traced and runs with the values as they are. The three steps come from
+A lowering rule's constants are read when a step is traced, so B's model and optimizer are
+built, and every call of B's step runs, with the `--set` values in place (each
+`module.NAME=python expression`, or `module.Class.NAME=...`), restored after each;
+A is built, traced and runs with the values as they are. The three steps come from
 `models.build_steps` (same weights, same batch) and are timed by `models.measure`: each one's
 first step alone (compile time), warm-up, then interleaved rounds whose order alternates. A and B
 share one process, one heap and one VM state, which is what the README's A/B figures need: across
@@ -28,12 +30,17 @@ import models  # noqa: E402
 
 
 def parse_override(text):
-    """'package.module.NAME=expression' -> (module, NAME, value)."""
+    """'package.module.NAME=expression' (or 'package.module.Class.NAME=...') -> (owner, NAME,
+    value)."""
     target, sep, expression = text.partition("=")
     module_name, _, attribute = target.rpartition(".")
     if not sep or not module_name:
         raise SystemExit(f"ab.py: --set takes module.NAME=value, got {text!r}")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:  # a class attribute
+        module_name, _, class_name = module_name.rpartition(".")
+        module = getattr(importlib.import_module(module_name), class_name)
     if not hasattr(module, attribute):
         raise SystemExit(f"ab.py: {module_name} has no attribute {attribute!r} (--set {text!r})")
     return module, attribute, eval(expression, {})  # a number or a tuple, from the command line
@@ -89,7 +96,8 @@ def main():
     overrides = [parse_override(text) for text in args.overrides]
     inputs, target = models.make_batch(name, size, batch, np.random.default_rng(0))
     a = models.build_steps(name, inputs, target, inductor=False)
-    b = models.build_steps(name, inputs, target, inductor=False)
+    with overridden(overrides):
+        b = models.build_steps(name, inputs, target, inductor=False)
     steps = {"A": a["jaxdl"], "B": with_overrides(b["jaxdl"], overrides), "torch": a["torch"]}
     result = models.measure(steps, args.rounds, 2, args.max_seconds, 0.25)
     print(json.dumps({

@@ -67,17 +67,23 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = jnp.zeros_like(param)
         return state
 
-    def _update(self, p, g, state, o):
+    def _new_state(self, p, g, state, o):
         b1, b2 = o["betas"]
-        p, g, step = start_step(p, g, state, o)
-        t = step.astype(jnp.float32)
+        _, g, step = start_step(p, g, state, o)
         m, v = moments(state, g, b1, b2)
         new_state = {"step": step, "exp_avg": m, "exp_avg_sq": v}
         if o["amsgrad"]:
-            v = new_state["max_exp_avg_sq"] = jnp.maximum(state["max_exp_avg_sq"], v)
+            new_state["max_exp_avg_sq"] = jnp.maximum(state["max_exp_avg_sq"], v)
+        return new_state
+
+    def _param_update(self, p, g, new_state, o):
+        b1, b2 = o["betas"]
+        p, _ = decay_weights(p, g, o)  # the decoupled decay; coupled decay went into the state
+        t = new_state["step"].astype(jnp.float32)
+        v = new_state["max_exp_avg_sq" if o["amsgrad"] else "exp_avg_sq"]
         denom = jnp.sqrt(v) / jnp.sqrt(one_minus_power(b2, t)) + o["eps"]
         step_size = o["lr"] / one_minus_power(b1, t)
-        return p - step_size * (m / denom), new_state
+        return p - step_size * (new_state["exp_avg"] / denom)
 
 
 class AdamW(Adam):

@@ -5,6 +5,13 @@ import jax.numpy as jnp
 from jaxdl.optim._optimizer import Optimizer, _check_nonnegative
 
 
+def _direction(p, g, o):
+    """The gradient negated under `maximize`, plus coupled weight decay."""
+    if o["maximize"]:
+        g = -g
+    return g + o["weight_decay"] * p if o["weight_decay"] else g
+
+
 class SGD(Optimizer):
     """torch.optim.SGD.
 
@@ -33,18 +40,21 @@ class SGD(Optimizer):
         # A step count (step > 0) replaces PyTorch's "buffer is None" check on the first step.
         return {"momentum_buffer": jnp.zeros_like(param), "step": jnp.zeros((), jnp.int32)}
 
-    def _update(self, p, g, state, o):
-        if o["maximize"]:
-            g = -g
-        if o["weight_decay"]:
-            g = g + o["weight_decay"] * p
-        if "momentum_buffer" in state:
-            m = o["momentum"]
-            started = state["step"] > 0
-            buf = jnp.where(started, m * state["momentum_buffer"] + (1 - o["dampening"]) * g, g)
-            state = {"momentum_buffer": buf, "step": state["step"] + 1}
-            g = g + m * buf if o["nesterov"] else buf
-        return p - o["lr"] * g, state
+    def _new_state(self, p, g, state, o):
+        if "momentum_buffer" not in state:
+            return state
+        started = state["step"] > 0
+        g = _direction(p, g, o)
+        buf = jnp.where(started, o["momentum"] * state["momentum_buffer"]
+                        + (1 - o["dampening"]) * g, g)
+        return {"momentum_buffer": buf, "step": state["step"] + 1}
+
+    def _param_update(self, p, g, new_state, o):
+        g = _direction(p, g, o)
+        if "momentum_buffer" in new_state:
+            buf = new_state["momentum_buffer"]
+            g = g + o["momentum"] * buf if o["nesterov"] else buf
+        return p - o["lr"] * g
 
     def _export_state(self, state):
         if "momentum_buffer" not in state or int(state["step"]) == 0:

@@ -446,3 +446,46 @@ def test_add_param_group_refuses_what_torch_refuses():
     assert len(opt.param_groups) == 1  # nothing half-added
     opt.add_param_group({"params": model[2].parameters()})
     assert opt.param_groups[1]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("name,options", [
+    ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True)),
+    ("AdamW", dict(lr=1e-2, amsgrad=True)),
+])
+def test_conv_weight_state_is_stored_flat_and_matches_torch(name, options):
+    """SGD's and Adam's state of a weight with two or more dimensions is kept flat (XLA's CPU
+    loops over (O, C, 3, 3) run scalar code); trajectories and state dicts are torch's."""
+    dl.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Flatten(), nn.Linear(64, 3))
+    twin = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    twin.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()})
+    opt = getattr(optim, name)(model.parameters(), **options)
+    topt = getattr(torch.optim, name)(twin.parameters(), **options)
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((8, 2, 6, 6)).astype(np.float32),
+             rng.standard_normal((8, 3)).astype(np.float32)) for _ in range(4)]
+    for i in range(20):
+        train_step(model, opt, *data[i % 4])
+        _torch_step(twin, topt, *data[i % 4])
+    assert_params_close(model, twin)
+    weight_state = opt._state[model[0]._slots["weight"]]
+    assert {opt._store.values[i].shape for i in weight_state.values()} == {(4 * 2 * 3 * 3,)}
+    ours, theirs = opt.state_dict()["state"], topt.state_dict()["state"]
+    for index, entry in theirs.items():
+        for key, value in entry.items():
+            np.testing.assert_allclose(np.asarray(ours[index][key]), value.numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{index} {key}")
+    # torch's state dict loads back into the flat store, and both go on alike
+    opt.load_state_dict(topt.state_dict())
+    for i in range(5):
+        train_step(model, opt, *data[i % 4])
+        _torch_step(twin, topt, *data[i % 4])
+    assert_params_close(model, twin)
+
+
+def test_an_update_written_whole_keeps_its_state_in_the_parameters_shape():
+    """Only an update written as `_new_state` and `_param_update` runs on flat state."""
+    model = nn.Conv2d(2, 4, 3)
+    opt = optim.RMSprop(model.parameters(), lr=1e-3, momentum=0.9)
+    shapes = {opt._store.values[i].shape for i in opt._state[model._slots["weight"]].values()}
+    assert shapes == {(4, 2, 3, 3)}
