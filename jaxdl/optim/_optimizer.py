@@ -212,13 +212,14 @@ class Optimizer(Stateful):
     # The inert options torch's param groups carry for this optimizer (kept for state dicts).
     _inert = ("foreach", "capturable", "differentiable", "fused")
     # An optimizer whose update is written as `_new_state` and `_param_update` stores the
-    # state of a parameter with two or more dimensions flat (1-D) and updates it on flat views:
-    # XLA's CPU loop over a conv weight (O, C, 3, 3) runs scalar code along its minor axis of
-    # 3, a loop that writes a 1-D array runs vector code. The parameter keeps its shape and is
-    # updated from the new state in a second loop (one reading it through a reshape would make
-    # XLA copy it before its in-place update). SGD's step for ResNet-18's weights, one core:
-    # 22.7 -> 19.0 ms (docs/design.md, "The optimizer's state stored flat"). state_dict()
-    # shows torch's shapes.
+    # state of a parameter whose minor axis is shorter than a vector (`_flat`) flat (1-D) and
+    # updates it on flat views: XLA's CPU loop over a conv weight (O, C, 3, 3) runs scalar
+    # code along its minor axis of 3, a loop that writes a 1-D array runs vector code. The
+    # parameter keeps its shape and is updated from the new state in a second loop (one
+    # reading it through a reshape would make XLA copy it before its in-place update).
+    # ResNet-18's weights, one core: SGD's step 20.0 -> 18.3 ms, AdamW's 51.4 -> 41.0
+    # (benchmarks/optimizer_step.py; docs/design.md, "The optimizer's state stored flat").
+    # state_dict() shows torch's shapes.
     _flat_state = True
 
     def __init__(self, params, defaults: dict):
@@ -351,7 +352,9 @@ class Optimizer(Stateful):
         return self._param_update(param, grad, shaped, options), new_state
 
     def _flat(self, shape) -> bool:
-        return self._flat_state and len(shape) > 1
+        """Whether a parameter of this shape has its state stored flat: a minor axis shorter
+        than a vector of 8 floats (a k x k kernel's; a 1x1 kernel's axes of 1 XLA drops)."""
+        return self._flat_state and len(shape) > 1 and 1 < shape[-1] < 8
 
     def _stored(self, value, shape):
         """A state array as the store keeps it: flat if it has its parameter's shape."""
