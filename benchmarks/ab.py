@@ -42,7 +42,8 @@ def parse_override(text):
         module_name, _, class_name = module_name.rpartition(".")
         module = getattr(importlib.import_module(module_name), class_name)
     if not hasattr(module, attribute):
-        raise SystemExit(f"ab.py: {module_name} has no attribute {attribute!r} (--set {text!r})")
+        owner = target.rpartition(".")[0]
+        raise SystemExit(f"ab.py: {owner} has no attribute {attribute!r} (--set {text!r})")
     return module, attribute, eval(expression, {})  # a number or a tuple, from the command line
 
 

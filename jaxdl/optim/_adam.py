@@ -15,12 +15,17 @@ from jaxdl.optim._optimizer import (
 )
 
 
+def decoupled(o) -> bool:
+    """Whether the weight decay is AdamW's, on p itself, rather than added to g."""
+    return bool(o["weight_decay"]) and bool(o.get("decoupled_weight_decay"))
+
+
 def decay_weights(p, g, o):
     """PyTorch's weight decay: decoupled p *= 1 - lr * wd, or coupled g += wd * p."""
     wd = o["weight_decay"]
     if not wd:
         return p, g
-    if o.get("decoupled_weight_decay"):
+    if decoupled(o):
         return p * (1 - o["lr"] * wd), g
     return p, g + wd * p
 
@@ -78,7 +83,8 @@ class Adam(Optimizer):
 
     def _param_update(self, p, g, new_state, o):
         b1, b2 = o["betas"]
-        p, _ = decay_weights(p, g, o)  # the decoupled decay; coupled decay went into the state
+        if decoupled(o):  # coupled decay went into the state, through g
+            p, _ = decay_weights(p, g, o)
         t = new_state["step"].astype(jnp.float32)
         v = new_state["max_exp_avg_sq" if o["amsgrad"] else "exp_avg_sq"]
         denom = jnp.sqrt(v) / jnp.sqrt(one_minus_power(b2, t)) + o["eps"]

@@ -41,6 +41,12 @@ def test_override_names_a_module_attribute_or_fails_with_the_offending_text():
         ab.parse_override("jaxdl.nn._conv_cpu._NO_SUCH=1")
     with pytest.raises(SystemExit, match="module.NAME=value"):
         ab.parse_override("_TRANSPOSED_PIXELS")
+    # a class attribute (read when B's optimizer is built, which ab.py does under the overrides)
+    from jaxdl.optim._optimizer import Optimizer
+    owner, name, value = ab.parse_override("jaxdl.optim._optimizer.Optimizer._flat_state=False")
+    assert (owner, name, value) == (Optimizer, "_flat_state", False)
+    with pytest.raises(SystemExit, match="Optimizer has no attribute '_NO_SUCH'"):
+        ab.parse_override("jaxdl.optim._optimizer.Optimizer._NO_SUCH=1")
 
 
 def test_ab_runs_a_small_model_and_prints_both_sides_and_torch():
