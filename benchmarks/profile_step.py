@@ -47,6 +47,21 @@ def op_times(trace_dir: Path) -> tuple[dict, float]:
     return totals, last - first
 
 
+def idle_gaps(trace_dir: Path) -> list:
+    """The intervals (us) of the traced span in which no XLA op ran: the executor handing
+    work between threads, and between steps the Python side dispatching the next one."""
+    path = next(trace_dir.rglob("*.trace.json.gz"))
+    events = sorted((e["ts"], e["ts"] + e["dur"])
+                    for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                    if e.get("ph") == "X" and "hlo_op" in e.get("args", {}))
+    gaps, covered_to = [], events[0][1]
+    for start, end in events[1:]:
+        if start > covered_to:
+            gaps.append(start - covered_to)
+        covered_to = max(covered_to, end)
+    return gaps
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
@@ -81,11 +96,17 @@ def main():
                 step()
         faults = model_bench.minor_faults() - faults
         totals, span = op_times(Path(tmp))
+        gaps = idle_gaps(Path(tmp))
     busy = sum(totals.values())
     print(f"{args.model} @ {args.size}, batch {args.batch}, {args.threads} thread(s): "
           f"{wall_ms:.1f} ms a step untraced; ops sum to {busy / 1e3 / args.steps:.1f} ms a "
           f"step ({span / 1e3 / args.steps:.1f} ms span); {faults // args.steps} pages faulted in "
           f"a traced step")
+    # A gap of a millisecond or more is the dispatch between steps, one per step.
+    within = [g for g in gaps if g < 1000]
+    print(f"no op ran for {sum(within) / 1e3 / args.steps:.1f} ms a step, in "
+          f"{len(within) // args.steps} gaps under 1 ms (hand-offs between XLA's threads; "
+          f"benchmarks/wake_latency.py), and {sum(gaps) / 1e3 / args.steps:.1f} ms in all")
     if faults:
         print("warning: the traced steps faulted fresh memory in; the op that first wrote it "
               "carries that cost (see this script's docstring)")
