@@ -130,16 +130,6 @@ _TRANSPOSED_PIXELS = 256
 # "Small maps: one product over all images").
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
-# On one core a stride-1 layer on such a map (14x14 and up) folds its images only once its
-# weight has _MATMUL_WEIGHTS_ONE_CORE elements (2 MiB, this machine's L2 per core): below
-# that the per-image products, whose weight gradients are summed by adds of slices (below),
-# ran faster there than one product, whose transposes of dy (to (O, N*pixels) and
-# (N*pixels, O)) and of its output took 0.9 ms of its 5.3. Intel Xeon VM, 2026-12-07,
-# forward+backward, batch 2, ms, one core, per image / one product (torch): 256 -> 1024
-# 5.06 / 5.31 (4.25); 1024 -> 256 5.23 / 5.56 (4.78); 1024 -> 512 11.8 / 9.8 (8.4). On two
-# cores one product won (3.75 / 3.31 and 3.58 / 3.39 ms), and at stride 2 on one core
-# (512 -> 1024 from 28x28: 13.2 / 10.6 ms).
-_MATMUL_WEIGHTS_ONE_CORE = 2 ** 19
 # On more than one core, a per-image weight gradient with at least this many elements (C*k*k
 # x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
 # over the leading axis, which ran up to 30x slower on two cores than on one: (2, 1024, 256)
@@ -286,9 +276,8 @@ def plan(x_shape, w_shape, stride, padding, dilation, groups, choose: bool = Tru
         winograd = _winograd_lowering_for(kernel, x_shape[-1], w_shape[0], x_shape[0], outs)
         if winograd:
             return _channels_first(geometry, winograd)
-    per_image = _cores() == 1 and set(stride) == {1} and pixels >= _IMAGE_PIXELS
-    if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS and rows * w_shape[0]
-            >= (_MATMUL_WEIGHTS_ONE_CORE if per_image else _MATMUL_WEIGHTS)):
+    if (taps == 1 and _TINY_MAP < pixels < _FOLDED_PIXELS
+            and rows * w_shape[0] >= _MATMUL_WEIGHTS):
         return _channels_first(geometry, "matmul")
     if taps == 1 and pixels >= _IMAGE_PIXELS:
         return _channels_first(geometry, "image_matmul")
