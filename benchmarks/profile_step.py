@@ -48,17 +48,20 @@ def op_times(trace_dir: Path) -> tuple[dict, float]:
 
 
 def idle_gaps(trace_dir: Path) -> list:
-    """The intervals (us) of the traced span in which no XLA op ran: the executor handing
-    work between threads, and between steps the Python side dispatching the next one."""
+    """(us, the op before) for each interval of the traced span that no XLA op covers: the
+    runtime handing work between its threads, the tail of an XLA (Eigen) dot, whose work can go
+    on in the pool after its traced call returns, and between steps the Python side
+    dispatching the next one."""
     path = next(trace_dir.rglob("*.trace.json.gz"))
-    events = sorted((e["ts"], e["ts"] + e["dur"])
+    events = sorted((e["ts"], e["ts"] + e["dur"], e["name"])
                     for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
                     if e.get("ph") == "X" and "hlo_op" in e.get("args", {}))
-    gaps, covered_to = [], events[0][1]
-    for start, end in events[1:]:
+    gaps, (_, covered_to, last) = [], events[0]
+    for start, end, name in events[1:]:
         if start > covered_to:
-            gaps.append(start - covered_to)
-        covered_to = max(covered_to, end)
+            gaps.append((start - covered_to, last))
+        if end > covered_to:
+            covered_to, last = end, name
     return gaps
 
 
@@ -103,10 +106,13 @@ def main():
           f"step ({span / 1e3 / args.steps:.1f} ms span); {faults // args.steps} pages faulted in "
           f"a traced step")
     # A gap of a millisecond or more is the dispatch between steps, one per step.
-    within = [g for g in gaps if g < 1000]
-    print(f"no op ran for {sum(within) / 1e3 / args.steps:.1f} ms a step, in "
-          f"{len(within) // args.steps} gaps under 1 ms (hand-offs between XLA's threads; "
-          f"benchmarks/wake_latency.py), and {sum(gaps) / 1e3 / args.steps:.1f} ms in all")
+    within = [(us, op) for us, op in gaps if us < 1000]
+    after_dots = [us for us, op in within if op.split(".")[0] == "dot"]
+    per_step = lambda values: f"{sum(values) / 1e3 / args.steps:.1f} ms"  # noqa: E731
+    print(f"no op ran for {per_step([us for us, _ in within])} a step in "
+          f"{len(within) // args.steps} gaps under 1 ms, {per_step(after_dots)} of it after "
+          f"XLA's dots (whose work can go on in the pool), the rest hand-offs between XLA's "
+          f"threads (benchmarks/wake_latency.py); {per_step([us for us, _ in gaps])} in all")
     if faults:
         print("warning: the traced steps faulted fresh memory in; the op that first wrote it "
               "carries that cost (see this script's docstring)")

@@ -33,7 +33,7 @@ def test_idle_gaps_are_the_times_no_op_covers(tmp_path):
               {"ph": "X", "name": "PjitFunction", "ts": 0, "dur": 100, "args": {}},  # not an op
               _op("c", 30, 5), _op("d", 50, 1)]
     (tmp_path / "x.trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
-    assert _load("profile_step").idle_gaps(tmp_path) == [5, 15]
+    assert _load("profile_step").idle_gaps(tmp_path) == [(5, "b"), (15, "c")]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not {0, 1} <= os.sched_getaffinity(0),
