@@ -8,7 +8,9 @@ module constants overridden (B), and torch eager beside them.
 A lowering rule's constants are read when a step is traced, so B's model and optimizer are
 built, and every call of B's step runs, with the `--set` values in place (each
 `module.NAME=python expression`, or `module.Class.NAME=...`), restored after each;
-A is built, traced and runs with the values as they are. The three steps come from
+A is built, traced and runs with the values as they are. A constant read only inside a function
+under its own `jax.jit` (such as `_winograd.conv`) does not reach B: that jit's cache returns
+the trace A made; compare such a change in fresh processes instead. The three steps come from
 `models.build_steps` (same weights, same batch) and are timed by `models.measure`: each one's
 first step alone (compile time), warm-up, then interleaved rounds whose order alternates. A and B
 share one process, one heap and one VM state, which is what the README's A/B figures need: across
