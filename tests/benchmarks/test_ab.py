@@ -1,7 +1,6 @@
 """benchmarks/ab.py: B's step runs with the overridden constants, and only B's; the script
 runs end to end and prints its JSON (structure only; timings are never asserted)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,16 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_ab():
-    # ab.py puts benchmarks/ on sys.path itself, for its own imports (_timing, models)
-    spec = importlib.util.spec_from_file_location("ab", ROOT / "benchmarks/ab.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
-    return ab
-
-
-def test_b_runs_with_the_overrides_and_they_are_restored_after_each_call():
-    ab = _load_ab()
+def test_b_runs_with_the_overrides_and_they_are_restored_after_each_call(load_script):
+    ab = load_script("ab")
     module = types.ModuleType("rule")
     module.THRESHOLD = 256
     seen = []
@@ -33,8 +24,8 @@ def test_b_runs_with_the_overrides_and_they_are_restored_after_each_call():
     assert seen == [0, 0] and module.THRESHOLD == 256
 
 
-def test_override_names_a_module_attribute_or_fails_with_the_offending_text():
-    ab = _load_ab()
+def test_override_names_a_module_attribute_or_fails_with_the_offending_text(load_script):
+    ab = load_script("ab")
     module, name, value = ab.parse_override("jaxdl.nn._conv_cpu._TRANSPOSED_PIXELS=2**4")
     assert (module.__name__, name, value) == ("jaxdl.nn._conv_cpu", "_TRANSPOSED_PIXELS", 16)
     with pytest.raises(SystemExit, match="no attribute '_NO_SUCH'"):

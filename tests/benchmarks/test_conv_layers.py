@@ -1,7 +1,6 @@
 """benchmarks/conv_layers.py --quick: the per-layer convolution benchmark runs and writes its
 JSON and plot (structure only; timings are never asserted)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -41,10 +40,8 @@ def test_conv_layers_quick_writes_configurations_and_summary(tmp_path):
     assert "| resnet18 | 32x32 (16) | 5 |" in proc.stdout
 
 
-def test_collect_layers_skips_sizes_a_model_cannot_take_and_reads_torch_geometry():
-    spec = importlib.util.spec_from_file_location("conv_layers", ROOT / "benchmarks/conv_layers.py")
-    conv_layers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conv_layers)
+def test_collect_layers_skips_sizes_a_model_cannot_take_and_reads_torch_geometry(load_script):
+    conv_layers = load_script("conv_layers")
     configs = conv_layers.collect_layers(["alexnet"], [32, 64])  # 32: below alexnet's minimum
     uses = [use for users in configs.values() for use in users]
     assert {size for _, size, _ in uses} == {64}
