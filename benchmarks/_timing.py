@@ -1,5 +1,6 @@
 """Shared timing helpers for benchmarks: thread pinning, warm-up, median of repeats."""
 
+import contextlib
 import json
 import os
 import platform
@@ -28,6 +29,19 @@ def pin_threads(n: int = 1):
     # every thread jax and torch start; they apply to torch in this process as well
     import jaxdl  # noqa: F401
     return cores
+
+
+@contextlib.contextmanager
+def overridden(overrides):
+    """[(module or class, NAME, value)] set for the `with` block, the old values restored after."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in overrides]
+    try:
+        for owner, name, value in overrides:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
 
 
 def median_seconds(fn, steps: int, repeats: int, warmup: int = 3) -> float:

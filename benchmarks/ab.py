@@ -20,7 +20,6 @@ medians) and writes nothing.
 """
 
 import argparse
-import contextlib
 import importlib
 import json
 import sys
@@ -49,23 +48,11 @@ def parse_override(text):
     return module, attribute, eval(expression, {})  # a number or a tuple, from the command line
 
 
-@contextlib.contextmanager
-def overridden(overrides):
-    saved = [(module, name, getattr(module, name)) for module, name, _ in overrides]
-    try:
-        for module, name, value in overrides:
-            setattr(module, name, value)
-        yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
-
-
 def with_overrides(step, overrides):
     """`step`, each call of it run with `overrides` in place: its first call traces it with
     them, and so would any later retrace (a few microseconds a call)."""
     def run():
-        with overridden(overrides):
+        with _timing.overridden(overrides):
             return step()
 
     return run
@@ -99,7 +86,7 @@ def main():
     overrides = [parse_override(text) for text in args.overrides]
     inputs, target = models.make_batch(name, size, batch, np.random.default_rng(0))
     a = models.build_steps(name, inputs, target, inductor=False)
-    with overridden(overrides):
+    with _timing.overridden(overrides):
         b = models.build_steps(name, inputs, target, inductor=False)
     steps = {"A": a["jaxdl"], "B": with_overrides(b["jaxdl"], overrides), "torch": a["torch"]}
     result = models.measure(steps, args.rounds, 2, args.max_seconds, 0.25)

@@ -40,12 +40,9 @@ def main():
     torch.set_num_threads(args.threads)
 
     def jaxdl_step(name, opt_name, flat):
-        Optimizer._flat_state = flat  # read once, when the optimizer is built
-        try:
+        with _timing.overridden([(Optimizer, "_flat_state", flat)]):  # read when built
             model = models.model_entry(name).build()
             opt = getattr(optim, opt_name)(model.parameters(), **OPTIMIZERS[opt_name])
-        finally:
-            Optimizer._flat_state = True
         grads = dl.grad(lambda m: sum((p * 1e-3).sum() for p in m.parameters()))(model)
 
         @dl.jit
