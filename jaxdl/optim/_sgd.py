@@ -50,11 +50,13 @@ class SGD(Optimizer):
         return {"momentum_buffer": buf, "step": state["step"] + 1}
 
     def _param_update(self, p, g, new_state, o):
-        g = _direction(p, g, o)
-        if "momentum_buffer" in new_state:
-            buf = new_state["momentum_buffer"]
-            g = g + o["momentum"] * buf if o["nesterov"] else buf
-        return p - o["lr"] * g
+        if "momentum_buffer" not in new_state:
+            return p - o["lr"] * _direction(p, g, o)
+        buf = new_state["momentum_buffer"]
+        # plain momentum steps along the buffer alone: no direction to compute (eager steps
+        # would run it and drop it)
+        step = _direction(p, g, o) + o["momentum"] * buf if o["nesterov"] else buf
+        return p - o["lr"] * step
 
     def _export_state(self, state):
         if "momentum_buffer" not in state or int(state["step"]) == 0:
