@@ -30,7 +30,8 @@ a strided one. The same layers written without a convolution op are fast:
   (O, C) x (C, N*pixels), then one transpose of the output; for maps under 28x28 with
   many channels, where per-image products run slowly (below 14x14 the products are too
   small; on 14x14-27x27 maps summing their weight gradients over the images is slow on
-  two cores).
+  two cores). On one core, from 14x14 maps, the forward pass is one product per image
+  and the gradients keep the one product (a custom JVP).
 - "whole_map": channels-first, stride 1, for input maps with fewer pixels than the kernel
   has offsets (a 3x3 layer on a 2x2 map): each image's whole map as one row times a
   (O*out pixels, C*in pixels) matrix built from the kernel. Each output pixel reads every
@@ -130,6 +131,17 @@ _TRANSPOSED_PIXELS = 256
 # "Small maps: one product over all images").
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
+# On one core a "matmul" layer on maps of at least _IMAGE_FORWARD_PIXELS (14x14) runs its
+# forward pass as one product per image and keeps the one product over all images for the
+# gradients (_image_forward_product): the output needs no transpose. Forward+backward, one core
+# (Intel Xeon VM, 2026-12-07), batch 2: ResNet-50's 256 -> 1024 layer on 14x14 maps 4.64-5.09
+# against 5.02-5.35 ms back to back, 6.24 against 6.79 in benchmarks/conv_layers.py's rounds
+# with torch (cold caches; 0.81x against 0.80x torch); its 1024 -> 256 even back to back, 6.42
+# against 7.22 ms in those rounds. On 7x7 maps per-image products lost (512 -> 2048: 7.1
+# against 5.4 ms), and on two cores they lost 3-7%. ResNet-50's step at 224 px, one core, A/B
+# both orders: 628 against 641 ms, then 628 against 620 (the second-compiled side is ~1.6%
+# slower): even.
+_IMAGE_FORWARD_PIXELS = 196
 # On more than one core, a per-image weight gradient with at least this many elements (C*k*k
 # x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
 # over the leading axis, which ran up to 30x slower on two cores than on one: (2, 1024, 256)
@@ -557,9 +569,38 @@ def _cores() -> int:
 
 def _matmul(x, w, p: Plan):
     columns, outs = _patch_columns(x, w.shape[2:], p)
-    y = jax.lax.dot_general(w.reshape(w.shape[0], -1), columns, (((1,), (1,)), ((), ())),
-                            preferred_element_type=accumulation_dtype(x.dtype))  # (O, N, P)
-    return jnp.moveaxis(y, 0, 1).astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
+    weights = w.reshape(w.shape[0], -1)
+    if _cores() == 1 and columns.shape[2] >= _IMAGE_FORWARD_PIXELS:
+        y = _image_forward_product(weights, columns)
+    else:
+        y = _folded_product(weights, columns)
+    return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
+
+
+def _folded_product(w, columns):
+    """(O, K) weights times (N, K, P) columns as one product over all images, (O, N*P), then
+    moved to (N, O, P)."""
+    y = jax.lax.dot_general(w, columns, (((1,), (1,)), ((), ())),
+                            preferred_element_type=accumulation_dtype(columns.dtype))
+    return jnp.moveaxis(y, 0, 1)
+
+
+@jax.custom_jvp
+def _image_forward_product(w, columns):
+    """(O, K) weights times (N, K, P) columns -> (N, O, P): the forward pass one product per
+    image, written straight into the channels-first output; the tangents (so reverse mode's
+    gradients) as one product over all images (_IMAGE_FORWARD_PIXELS)."""
+    return _weights_times_columns(w, columns, transposed=False)
+
+
+@functools.partial(_image_forward_product.defjvp, symbolic_zeros=True)
+def _image_forward_product_jvp(primals, tangents):
+    (w, columns), (dw, dcolumns) = primals, tangents
+    terms = [_folded_product(w, dcolumns)] if type(dcolumns) is not SymbolicZero else []
+    if type(dw) is not SymbolicZero:
+        terms.append(_folded_product(dw, columns))
+    y = _image_forward_product(w, columns)
+    return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
 
 
 def _whole_map(x, w, p: Plan):

@@ -431,6 +431,25 @@ def test_image_matmul_takes_the_transposed_product_form_only_on_large_maps(pixel
         assert seen.pop() is expected, (pixels, channels, outputs)
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[2], EXPANDING])
+def test_matmul_forward_per_image_on_one_core_keeps_forward_mode(geometry, cores, monkeypatch):
+    """On one core "matmul" runs its forward pass one product per image, under a custom JVP
+    whose tangents are the one product over all images (_IMAGE_FORWARD_PIXELS, here 1 so
+    that the small test maps take it); on two it is one product throughout. Either way
+    forward mode, with a tangent on either operand or both, and forward-over-reverse match
+    XLA's."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+    monkeypatch.setattr(_conv_cpu, "_IMAGE_FORWARD_PIXELS", 1)
+    calls = []
+    real = _conv_cpu._image_forward_product
+    monkeypatch.setattr(_conv_cpu, "_image_forward_product",
+                        lambda w, columns: calls.append(columns.shape) or real(w, columns))
+    x, w, base = _case(geometry)
+    _assert_forward_mode_matches_xla("matmul", base, x, w)
+    assert bool(calls) == (cores == 1)
+
+
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[9]])
 def test_whole_map_keeps_forward_mode_and_second_derivatives(geometry):
     """Plain autodiff of a product with a matrix built from the kernel: forward mode and
