@@ -138,9 +138,9 @@ _MATMUL_WEIGHTS = 2 ** 18
 # against 5.02-5.35 ms back to back, 6.24 against 6.79 in benchmarks/conv_layers.py's rounds
 # with torch (cold caches; 0.81x against 0.80x torch); its 1024 -> 256 even back to back, 6.42
 # against 7.22 ms in those rounds. On 7x7 maps per-image products lost (512 -> 2048: 7.1
-# against 5.4 ms), and on two cores they lost 3-7%. ResNet-50's step at 224 px, one core, A/B
-# both orders: 628 against 641 ms, then 628 against 620 (the second-compiled side is ~1.6%
-# slower): even.
+# against 5.4 ms), and on two cores they lost 3-7%. ResNet-50's step at 224 px, one core,
+# ab.py with / without: 628 / 641 ms with the change as A, 628 / 620 as B (the side compiled
+# second runs ~1.6% slower): even.
 _IMAGE_FORWARD_PIXELS = 196
 # On more than one core, a per-image weight gradient with at least this many elements (C*k*k
 # x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
