@@ -1,5 +1,6 @@
 """One optimizer step over a reference model's parameters: jaxdl's `opt.step` under `dl.jit`
-with the state stored flat (as it is) and in the parameters' shapes, against torch's step.
+with the state stored flat and in the parameters' shapes (as it is by default), against torch's
+step.
 
     python benchmarks/optimizer_step.py                 # about 1 min
     python benchmarks/optimizer_step.py --threads 2
@@ -7,9 +8,10 @@ with the state stored flat (as it is) and in the parameters' shapes, against tor
 Per model and optimizer (SGD with momentum 0.9, AdamW): fixed gradients, the step compiled
 alone (its parameters and state donated, as in a training step), torch's `opt.step()` on the
 twin with the same gradients set. Interleaved rounds (`_timing.interleaved_seconds`), at least
-1 s per contender. The "shaped" contender is the same optimizer with
-`Optimizer._flat_state = False`: its state keeps the parameter's shape, so XLA's CPU loops
-run over (O, C, 3, 3) (docs/design.md, "The optimizer's state stored flat"). Writes
+1 s per contender. The "flat" contender is the same optimizer built with
+`Optimizer._flat_state = True`; the "shaped" one keeps each state in its parameter's shape, so
+XLA's CPU loops run over (O, C, 3, 3) (docs/design.md, "The optimizer's state stored flat" and
+"The flat state in training steps"). Writes
 benchmarks/results/optimizer_step_{1,2}core.json.
 """
 

@@ -217,10 +217,15 @@ class Optimizer(Stateful):
     # code along its minor axis of 3, a loop that writes a 1-D array runs vector code. The
     # parameter keeps its shape and is updated from the new state in a second loop (one
     # reading it through a reshape would make XLA copy it before its in-place update).
-    # ResNet-18's weights, one core: SGD's step 20.0 -> 18.3 ms, AdamW's 51.4 -> 41.0
+    # ResNet-18's weights, one core: SGD's step alone 20.0 -> 18.3 ms, AdamW's 51.4 -> 41.0
     # (benchmarks/optimizer_step.py; docs/design.md, "The optimizer's state stored flat").
-    # state_dict() shows torch's shapes.
-    _flat_state = True
+    # state_dict() shows torch's shapes. Off by default: in a training step XLA fuses the loops
+    # that make some weight gradients (a cropped kernel's, a map matrix's) into the state's
+    # update, and over a flat array those loops index the 4-D gradient by divisions; ResNet-18's
+    # step at 32 px, one core, took 87.3 ms flat against 74.8 shaped (docs/design.md, "The
+    # flat state in training steps"). Set it True on the class before building an optimizer
+    # whose step runs alone.
+    _flat_state = False
 
     def __init__(self, params, defaults: dict):
         if isinstance(params, dict):

@@ -452,10 +452,15 @@ def test_add_param_group_refuses_what_torch_refuses():
     ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True)),
     ("AdamW", dict(lr=1e-2, amsgrad=True)),
 ])
-def test_conv_weight_state_is_stored_flat_and_matches_torch(name, options):
-    """SGD's and Adam's state of a weight with two or more dimensions is kept flat (XLA's CPU
-    loops over (O, C, 3, 3) run scalar code); trajectories and state dicts are torch's."""
+def test_conv_weight_state_is_stored_flat_on_request_and_matches_torch(name, options,
+                                                                     monkeypatch):
+    """With `Optimizer._flat_state` set, SGD's and Adam's state of a weight with two or more
+    dimensions is kept flat (XLA's CPU loops over (O, C, 3, 3) run scalar code); trajectories
+    and state dicts are torch's. By default the state keeps the weight's shape."""
     dl.manual_seed(0)
+    default = optim.SGD(nn.Conv2d(2, 4, 3).parameters(), lr=0.1, momentum=0.9)
+    assert {default._store.values[i].shape for i in default._state[0].values()} == {(4, 2, 3, 3)}
+    monkeypatch.setattr(optim.Optimizer, "_flat_state", True)
     model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Flatten(), nn.Linear(64, 3))
     twin = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.Flatten(), torch.nn.Linear(64, 3))
     twin.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()})
@@ -483,8 +488,9 @@ def test_conv_weight_state_is_stored_flat_and_matches_torch(name, options):
     assert_params_close(model, twin)
 
 
-def test_an_update_written_whole_keeps_its_state_in_the_parameters_shape():
+def test_an_update_written_whole_keeps_its_state_in_the_parameters_shape(monkeypatch):
     """Only an update written as `_new_state` and `_param_update` runs on flat state."""
+    monkeypatch.setattr(optim.Optimizer, "_flat_state", True)
     model = nn.Conv2d(2, 4, 3)
     opt = optim.RMSprop(model.parameters(), lr=1e-3, momentum=0.9)
     shapes = {opt._store.values[i].shape for i in opt._state[model._slots["weight"]].values()}
