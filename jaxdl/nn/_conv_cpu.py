@@ -596,7 +596,9 @@ def _image_forward_product(w, columns):
 @functools.partial(_image_forward_product.defjvp, symbolic_zeros=True)
 def _image_forward_product_jvp(primals, tangents):
     (w, columns), (dw, dcolumns) = primals, tangents
-    terms = [_folded_product(w, dcolumns)] if type(dcolumns) is not SymbolicZero else []
+    terms = []
+    if type(dcolumns) is not SymbolicZero:
+        terms.append(_folded_product(w, dcolumns))
     if type(dw) is not SymbolicZero:
         terms.append(_folded_product(dw, columns))
     y = _image_forward_product(w, columns)

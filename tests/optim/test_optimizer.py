@@ -458,8 +458,10 @@ def test_conv_weight_state_is_stored_flat_on_request_and_matches_torch(name, opt
     dimensions is kept flat (XLA's CPU loops over (O, C, 3, 3) run scalar code); trajectories
     and state dicts are torch's. By default the state keeps the weight's shape."""
     dl.manual_seed(0)
-    default = optim.SGD(nn.Conv2d(2, 4, 3).parameters(), lr=0.1, momentum=0.9)
-    assert {default._store.values[i].shape for i in default._state[0].values()} == {(4, 2, 3, 3)}
+    conv = nn.Conv2d(2, 4, 3)
+    default = optim.SGD(conv.parameters(), lr=0.1, momentum=0.9)
+    weight_state = default._state[conv._slots["weight"]]
+    assert {default._store.values[i].shape for i in weight_state.values()} == {(4, 2, 3, 3)}
     monkeypatch.setattr(optim.Optimizer, "_flat_state", True)
     model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Flatten(), nn.Linear(64, 3))
     twin = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.Flatten(), torch.nn.Linear(64, 3))
