@@ -19,7 +19,7 @@ from jax.extend import source_info_util
 from jax.extend.core.primitives import name_p
 
 __all__ = [
-    "HOST_MEMORY", "gather_replicated", "host_local_to_global", "innermost_scope",
+    "HOST_MEMORY", "backends_started", "gather_replicated", "host_local_to_global", "innermost_scope",
     "jaxpr_core",  # ClosedJaxpr, Literal, jaxprs_in_params (left jax.core in 0.11)
     "name_p",  # the primitive `checkpoint_name` binds
     "pallas", "pallas_triton",  # Pallas exists only under jax.experimental
@@ -40,6 +40,14 @@ def innermost_scope(name_stack) -> str | None:
         if isinstance(entry, _SCOPE):
             return entry.name
     return None
+
+
+def backends_started() -> bool:
+    """Whether jax has created its backends (its CPU client reads its options then)."""
+    from jax._src import xla_bridge
+
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return started() if started is not None else bool(getattr(xla_bridge, "_backends", True))
 
 
 def varying_axes(x) -> frozenset | None:

@@ -107,3 +107,9 @@ def test_pallas_names_the_kernels_use_run_in_interpret_mode():
                          compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
                          interpret=True)(x)
     np.testing.assert_array_equal(out, np.where(np.arange(8) < 6, np.asarray(x) * 2.0, -2.0))
+
+
+def test_backends_started_once_a_computation_ran():
+    # (before any computation it is False: tests/test_heap.py, in fresh processes)
+    jnp.ones(2).block_until_ready()
+    assert compat.backends_started()

@@ -11,11 +11,16 @@ XLA's convolution everywhere, as written. `dl.jit` recompiles when it changes.
 `heap_retained`: whether importing jaxdl told glibc to keep freed memory in the heap, so
 that a compiled step does not page its temporary buffers in again at every call (see
 jaxdl/_heap.py; JAXDL_RETAIN_HEAP=0 before the import leaves malloc as it is).
+`inline_dispatch`: whether importing jaxdl turned jax's async CPU dispatch off, so that a
+single-device step runs on the thread that calls it and malloc keeps one arena per thread
+(JAX_CPU_ENABLE_ASYNC_DISPATCH set before the import, or jax used before it, keeps jax's
+dispatch and one arena shared by all threads).
 """
 
 from jaxdl import _heap, _trace_state
 
 heap_retained = _heap.RETAINED
+inline_dispatch = _heap.INLINE_DISPATCH
 
 benchmark = True
 _trace_state.poll("cpu_benchmark", lambda: benchmark)  # dl.jit compiles again when it changes
