@@ -84,15 +84,14 @@ _TINY_MAP = 9
 # transposed copy of its weight (OIHW to HWIO, made every step) costs; "patches" uses the
 # weight as it is: 3x3 layers on 7x7 maps at batch 2 ran 1.5-1.7x faster (docs/design.md).
 _FEW_ROWS = 128
-# On more than one core XLA's convolution scales poorly (its matrix products allocate
-# packing buffers at every call, two threads then contend for malloc's one arena (_heap.py),
-# and its patch packing took twice the core time): "patches" ran 1x1 and 3x3 layers
-# (k*k <= _FEW_TAPS) with up to this many output rows (images x pixels) 3-30% faster, two
-# cores each: ResNet-18's 256-channel 3x3 layers on 14x14 maps at batch 2 (392 rows) 11.2 ->
-# 9.3 ms (torch 7.3), VGG-16's 512-channel ones on 4x4 maps at batch 16 22.8 -> 20.3 ms.
-# At 512 rows 3x3 layers with 128 channels lost by 16% (8x8 maps at batch 8), at 1024 and
-# more all lost; on one core XLA's won at 392 rows by 4% (docs/design.md, "Two cores:
-# patches for small maps").
+# On more than one core XLA's convolution scales poorly (its matrix products allocate packing
+# buffers at every call, and two threads then contended for the one malloc arena that _heap.py
+# set until stop 57; and its patch packing took twice the core time): "patches" ran 1x1 and 3x3
+# layers (k*k <= _FEW_TAPS) with up to this many output rows (images x pixels) 3-30% faster, two
+# cores each: ResNet-18's 256-channel 3x3 layers on 14x14 maps at batch 2 (392 rows) 11.2 -> 9.3
+# ms (torch 7.3), VGG-16's 512-channel ones on 4x4 maps at batch 16 22.8 -> 20.3 ms. At 512 rows
+# 3x3 layers with 128 channels lost by 16% (8x8 maps at batch 8), at 1024 and more all lost; on
+# one core XLA's won at 392 rows by 4% (docs/design.md, "Two cores: patches for small maps").
 _FEW_ROWS_MULTICORE = 400
 _FEW_TAPS = 9
 # On one core too once a patch row (C*k*k values) has at least this many: forward+backward,
