@@ -245,6 +245,16 @@ _WINOGRAD_GROUPS_MULTICORE = 2
 # 105.8 two; at 64 px (128 blocks) 153.7 / 148.2 one core, so it keeps XLA's there
 # (docs/design.md, "Winograd for 5x5 kernels").
 _WINOGRAD5_BLOCKS = 256
+# F(2x2, r x r) computes whole 2x2 output blocks: on an odd map the last row and column of
+# blocks are half cropped, work done for nothing. A 3x3 layer keeps it only where at least this
+# fraction of its blocks' pixels are output. AlexNet's 3x3 layers on 13x13 maps at 224 px (7x7
+# blocks for 13x13 pixels, 86%), batch 2, took patches faster: (2, 384, 13x13) -> 256 forward
+# and backward, one core, 15.0 ms against 15.7 (torch 12.5); the step (`benchmarks/ab.py`,
+# 2026-12-07, Intel Xeon VM) 177.5 -> 172.9 ms on one core, 105.2 -> 104.3 on two, its first
+# step 4.5 -> 3.8 s. On 7x7 maps (77%) it ran even with XLA's convolution ((8, 64, 7x7) -> 192:
+# 2.12 against 2.15 ms). F(4x4, 3x3) keeps its block count alone as the measure, and F(2x2, 5x5)
+# on AlexNet's 27x27 maps (93%) won (above).
+_WINOGRAD2_FILL = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,6 +362,9 @@ def _winograd_block_size(in_channels, out_channels, n, outs):
         return None
     if blocks4 >= _WINOGRAD4_BLOCKS:
         return 4
+    padded = _winograd.blocks(1, outs, 2) * 4  # pixels the 2x2 blocks cover, per image
+    if math.prod(outs) < _WINOGRAD2_FILL * padded:
+        return None
     if _cores() == 1:
         return 2
     wide = channels >= _WINOGRAD_CHANNELS_MULTICORE
