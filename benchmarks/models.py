@@ -183,9 +183,10 @@ def measure(steps, rounds, per_round, max_seconds, min_round_seconds):
     order = list(steps)
     # A round in which the heap grew times the VM's first touch of fresh memory, not the
     # step: VGG-11 at 32 px took 3.4-4.6 s for such a step instead of 0.4 s (111-115k page
-    # faults, 2026-12-03). With async dispatch the heap can still grow after the warm-up (a
-    # step's temporaries allocated before the last step's are freed), so such a round is
-    # taken again, at most MAX_RETAKES times per configuration, and counted.
+    # faults, 2026-12-03). With async dispatch (jaxdl's until stop 57; JAX_CPU_ENABLE_ASYNC_DISPATCH=1
+    # keeps it) the heap can still grow after the warm-up (a step's temporaries allocated
+    # before the last step's are freed), so such a round is taken again, at most MAX_RETAKES
+    # times per configuration, and counted.
     retaken = {name: 0 for name in steps}
     for r in range(rounds):
         for name in (order if r % 2 == 0 else order[::-1]):

@@ -66,10 +66,6 @@ def _mallopt(*settings) -> bool:
         return False
 
 
-def _share_one_arena() -> bool:
-    return _mallopt((_M_ARENA_MAX, 1))
-
-
 def _run_inline() -> bool:
     """Turn jax's async CPU dispatch off; False where this jax has no such option."""
     import jax
@@ -85,8 +81,6 @@ def _run_inline() -> bool:
 # arena of its own (jax's thread pools start with its backends, at the first computation).
 INLINE_DISPATCH = _dispatch_can_be_inline()
 RETAINED = _mallopt((_M_MMAP_THRESHOLD, _LIMIT), (_M_TRIM_THRESHOLD, _NEVER))
-if not INLINE_DISPATCH:
-    _share_one_arena()
-elif not _run_inline():  # pragma: no cover
+if not (INLINE_DISPATCH and _run_inline()):
     INLINE_DISPATCH = False
-    _share_one_arena()
+    _mallopt((_M_ARENA_MAX, 1))  # jax's thread then allocates a step's block: share the kept heap
