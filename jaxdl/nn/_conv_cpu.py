@@ -141,6 +141,18 @@ _MATMUL_WEIGHTS = 2 ** 18
 # ab.py with / without: 628 / 641 ms with the change as A, 628 / 620 as B (the side compiled
 # second runs ~1.6% slower): even.
 _IMAGE_FORWARD_PIXELS = 196
+# On maps of at least _IMAGE_WEIGHT_GRAD_PIXELS (14x14) a "matmul" layer's weight gradient, on
+# any number of cores, is one product per image summed by adds of slices (_weight_tangent's
+# stack), not one product over all images: that one needed dy moved to (O, N*pixels) first, a
+# copy XLA's loop ran at 0.55-0.6 ms for 1.6 MB (ResNet-50's 256 -> 1024 layer at batch 2), a
+# third of a product's time. Forward+backward alone (the forward as the rule above has it),
+# medians of interleaved rounds, ms, summed per image / one product (torch), Intel Xeon VM
+# (2026-12-07), batch 2 on 14x14 maps: one core 256 -> 1024 5.83 / 7.03 (5.79), 1024 -> 256 6.07
+# / 6.52 (6.05); two cores 256 -> 1024 3.49 / 4.12 (3.58), 1024 -> 256 3.15 / 3.72 (3.71), 512
+# -> 1024 (stride 2, from 28x28) 6.47 / 7.01 (6.51); batch 8, 256 -> 1024, one core 25.8 /
+# 28.8 (21.3), two 13.2 / 14.1 (11.4). On 7x7 and 4x4 maps the one product won (512 -> 2048 at
+# batch 2, one core: 7.61 against 7.28 ms; 256 -> 1024 on 4x4 at batch 8: 2.50 against 1.85).
+_IMAGE_WEIGHT_GRAD_PIXELS = 196
 # On more than one core, a per-image weight gradient with at least this many elements (C*k*k
 # x O) is summed over the images by adds of slices in XLA's own loop, not by YNNPACK's reduce
 # over the leading axis, which ran up to 30x slower on two cores than on one: (2, 1024, 256)
@@ -582,8 +594,10 @@ def _cores() -> int:
 def _matmul(x, w, p: Plan):
     columns, outs = _patch_columns(x, w.shape[2:], p)
     weights = w.reshape(w.shape[0], -1)
-    if _cores() == 1 and columns.shape[2] >= _IMAGE_FORWARD_PIXELS:
-        y = _image_forward_product(weights, columns)
+    forward_per_image = _cores() == 1 and columns.shape[2] >= _IMAGE_FORWARD_PIXELS
+    weight_grad_per_image = columns.shape[2] >= _IMAGE_WEIGHT_GRAD_PIXELS
+    if forward_per_image or weight_grad_per_image:
+        y = _large_map_product(weights, columns, forward_per_image, weight_grad_per_image)
     else:
         y = _folded_product(weights, columns)
     return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
@@ -597,23 +611,29 @@ def _folded_product(w, columns):
     return jnp.moveaxis(y, 0, 1)
 
 
-@jax.custom_jvp
-def _image_forward_product(w, columns):
-    """(O, K) weights times (N, K, P) columns -> (N, O, P): the forward pass one product per
-    image, written straight into the channels-first output; the tangents (so reverse mode's
-    gradients) as one product over all images (_IMAGE_FORWARD_PIXELS)."""
-    return _weights_times_columns(w, columns, transposed=False)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _large_map_product(w, columns, forward_per_image: bool, weight_grad_per_image: bool):
+    """(O, K) weights times (N, K, P) columns -> (N, O, P), each pass in its own form: the
+    forward pass one product per image, written straight into the channels-first output
+    (_IMAGE_FORWARD_PIXELS), or one product over all images; the input gradient one product
+    over all images; the weight gradient one product per image summed by adds of slices
+    (_IMAGE_WEIGHT_GRAD_PIXELS), or one product over all images. A JVP rather than a custom VJP
+    keeps forward mode and higher derivatives."""
+    if forward_per_image:
+        return _weights_times_columns(w, columns, transposed=False)
+    return _folded_product(w, columns)
 
 
-@functools.partial(_image_forward_product.defjvp, symbolic_zeros=True)
-def _image_forward_product_jvp(primals, tangents):
+@functools.partial(_large_map_product.defjvp, symbolic_zeros=True)
+def _large_map_product_jvp(forward_per_image, weight_grad_per_image, primals, tangents):
     (w, columns), (dw, dcolumns) = primals, tangents
     terms = []
     if type(dcolumns) is not SymbolicZero:
         terms.append(_folded_product(w, dcolumns))
     if type(dw) is not SymbolicZero:
-        terms.append(_folded_product(dw, columns))
-    y = _image_forward_product(w, columns)
+        terms.append(_weight_tangent(dw, columns, transposed=False) if weight_grad_per_image
+                     else _folded_product(dw, columns))
+    y = _large_map_product(w, columns, forward_per_image, weight_grad_per_image)
     return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
 
 

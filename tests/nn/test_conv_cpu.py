@@ -435,23 +435,28 @@ def test_image_matmul_takes_the_transposed_product_form_only_on_large_maps(pixel
         assert seen.pop() is expected, (pixels, channels, outputs)
 
 
+@pytest.mark.parametrize("weight_grad_pixels", [1, 10 ** 9])
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[2], EXPANDING])
-def test_matmul_forward_per_image_on_one_core_keeps_forward_mode(geometry, cores, monkeypatch):
-    """On one core "matmul" runs its forward pass one product per image, under a custom JVP
-    whose tangents are the one product over all images (_IMAGE_FORWARD_PIXELS, here 1 so
-    that the small test maps take it); on two it is one product throughout. Either way
-    forward mode, with a tangent on either operand or both, and forward-over-reverse match
-    XLA's."""
+def test_matmul_per_image_passes_keep_forward_mode(geometry, cores, weight_grad_pixels,
+                                                   monkeypatch):
+    """On large maps "matmul" runs its forward pass one product per image on one core
+    (_IMAGE_FORWARD_PIXELS) and its weight gradient one product per image summed over the
+    images on any core count (_IMAGE_WEIGHT_GRAD_PIXELS), under a custom JVP; the thresholds
+    are set here so that the small test maps take them, or not. Each combination: forward
+    mode, with a tangent on either operand or both, and forward-over-reverse (whose primal is
+    the gradient) match XLA's convolution."""
     monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
     monkeypatch.setattr(_conv_cpu, "_IMAGE_FORWARD_PIXELS", 1)
+    monkeypatch.setattr(_conv_cpu, "_IMAGE_WEIGHT_GRAD_PIXELS", weight_grad_pixels)
     calls = []
-    real = _conv_cpu._image_forward_product
-    monkeypatch.setattr(_conv_cpu, "_image_forward_product",
-                        lambda w, columns: calls.append(columns.shape) or real(w, columns))
+    real = _conv_cpu._large_map_product
+    monkeypatch.setattr(_conv_cpu, "_large_map_product",
+                        lambda w, columns, *forms: calls.append(forms) or real(w, columns, *forms))
     x, w, base = _case(geometry)
     _assert_forward_mode_matches_xla("matmul", base, x, w)
-    assert bool(calls) == (cores == 1)
+    forms = (cores == 1, weight_grad_pixels == 1)
+    assert set(calls) == ({forms} if any(forms) else set())  # neither: one plain product
 
 
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[9]])
