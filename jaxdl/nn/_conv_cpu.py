@@ -30,8 +30,9 @@ a strided one. The same layers written without a convolution op are fast:
   (O, C) x (C, N*pixels), then one transpose of the output; for maps under 28x28 with
   many channels, where per-image products run slowly (below 14x14 the products are too
   small; on 14x14-27x27 maps summing their weight gradients over the images is slow on
-  two cores). On one core, from 14x14 maps, the forward pass is one product per image
-  and the gradients keep the one product (a custom JVP).
+  two cores). From 14x14 maps the weight gradient is one product per image summed over the
+  images, and on one core the forward pass too is one product per image; the input gradient
+  keeps the one product (a custom JVP).
 - "whole_map": channels-first, stride 1, for input maps with fewer pixels than the kernel
   has offsets (a 3x3 layer on a 2x2 map): each image's whole map as one row times a
   (O*out pixels, C*in pixels) matrix built from the kernel. Each output pixel reads every
