@@ -459,6 +459,23 @@ def test_matmul_per_image_passes_keep_forward_mode(geometry, cores, weight_grad_
     assert set(calls) == ({forms} if any(forms) else set())  # neither: one plain product
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_matmul_per_image_passes_in_bfloat16_match_xla(cores, monkeypatch):
+    """The per-image passes of "matmul" (thresholds at 1, so that a small map takes them) keep
+    bfloat16 values and gradients within bfloat16 rounding of XLA's convolution."""
+    monkeypatch.setattr(_conv_cpu, "_cores", lambda: cores)
+    monkeypatch.setattr(_conv_cpu, "_IMAGE_FORWARD_PIXELS", 1)
+    monkeypatch.setattr(_conv_cpu, "_IMAGE_WEIGHT_GRAD_PIXELS", 1)
+    x, w, base = _case(GEOMETRIES[0], jnp.bfloat16)
+    expected = [e.astype(jnp.float32) for e in _value_and_grads(base, x, w)]
+    plan = Plan(base.stride, base.padding, base.dilation, base.groups, *["matmul"] * 3,
+                channels_last=False)
+    for a, e in zip(_value_and_grads(plan, x, w), expected):
+        assert a.dtype == jnp.bfloat16
+        np.testing.assert_allclose(a.astype(jnp.float32), e, rtol=0.05,
+                                   atol=0.02 * float(jnp.abs(e).max()))
+
+
 @pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[4], GEOMETRIES[9]])
 def test_whole_map_keeps_forward_mode_and_second_derivatives(geometry):
     """Plain autodiff of a product with a matrix built from the kernel: forward mode and
