@@ -128,19 +128,21 @@ _TRANSPOSED_PIXELS = 256
 # layer at 14x14, batch 2, forward+backward 10.4 / 10.2 ms (one core / two) against
 # 7.5 / 3.9 ms as one product (torch 7.3 / 4.3); its step at 224 px on two cores 499 -> 464
 # and 499 -> 471 ms. With fewer weights one product lost on one core (docs/design.md,
-# "Small maps: one product over all images").
+# "Small maps: one product over all images"). On 14x14 and larger maps the "matmul" lowering's
+# own passes have since taken per-image forms where they won (_IMAGE_FORWARD_PIXELS,
+# _IMAGE_WEIGHT_GRAD_PIXELS).
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
 # On one core a "matmul" layer on maps of at least _IMAGE_FORWARD_PIXELS (14x14) runs its
-# forward pass as one product per image and keeps the one product over all images for the
-# gradients (_image_forward_product): the output needs no transpose. Forward+backward, one core
-# (Intel Xeon VM, 2026-12-07), batch 2: ResNet-50's 256 -> 1024 layer on 14x14 maps 4.64-5.09
-# against 5.02-5.35 ms back to back, 6.24 against 6.79 in benchmarks/conv_layers.py's rounds
-# with torch (cold caches; 0.81x against 0.80x torch); its 1024 -> 256 even back to back, 6.42
-# against 7.22 ms in those rounds. On 7x7 maps per-image products lost (512 -> 2048: 7.1
-# against 5.4 ms), and on two cores they lost 3-7%. ResNet-50's step at 224 px, one core,
-# ab.py with / without: 628 / 641 ms with the change as A, 628 / 620 as B (the side compiled
-# second runs ~1.6% slower): even.
+# forward pass as one product per image (_large_map_product), so the output needs no
+# transpose; measured in stop 56, while both gradients were one product over all images.
+# Forward+backward, one core (Intel Xeon VM, 2026-12-07), batch 2: ResNet-50's 256 -> 1024
+# layer on 14x14 maps 4.64-5.09 against 5.02-5.35 ms back to back, 6.24 against 6.79 in
+# benchmarks/conv_layers.py's rounds with torch (cold caches; 0.81x against 0.80x torch); its
+# 1024 -> 256 even back to back, 6.42 against 7.22 ms in those rounds. On 7x7 maps per-image
+# products lost (512 -> 2048: 7.1 against 5.4 ms), and on two cores they lost 3-7%. ResNet-50's
+# step at 224 px, one core, ab.py with / without: 628 / 641 ms with the change as A, 628 / 620
+# as B (the side compiled second runs ~1.6% slower): even.
 _IMAGE_FORWARD_PIXELS = 196
 # On maps of at least _IMAGE_WEIGHT_GRAD_PIXELS (14x14) a "matmul" layer's weight gradient, on
 # any number of cores, is one product per image summed by adds of slices (_weight_tangent's
