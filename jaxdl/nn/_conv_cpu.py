@@ -134,7 +134,7 @@ _TRANSPOSED_PIXELS = 256
 _FOLDED_PIXELS = 784
 _MATMUL_WEIGHTS = 2 ** 18
 # On one core a "matmul" layer on maps of at least _IMAGE_FORWARD_PIXELS (14x14) runs its
-# forward pass as one product per image (_large_map_product), so the output needs no
+# forward pass as one product per image (_matmul_product), so the output needs no
 # transpose; measured in stop 56, while both gradients were one product over all images.
 # Forward+backward, one core (Intel Xeon VM, 2026-12-07), batch 2: ResNet-50's 256 -> 1024
 # layer on 14x14 maps 4.64-5.09 against 5.02-5.35 ms back to back, 6.24 against 6.79 in
@@ -599,10 +599,7 @@ def _matmul(x, w, p: Plan):
     weights = w.reshape(w.shape[0], -1)
     forward_per_image = _cores() == 1 and columns.shape[2] >= _IMAGE_FORWARD_PIXELS
     weight_grad_per_image = columns.shape[2] >= _IMAGE_WEIGHT_GRAD_PIXELS
-    if forward_per_image or weight_grad_per_image:
-        y = _large_map_product(weights, columns, forward_per_image, weight_grad_per_image)
-    else:
-        y = _folded_product(weights, columns)
+    y = _matmul_product(weights, columns, forward_per_image, weight_grad_per_image)
     return y.astype(x.dtype).reshape(x.shape[0], w.shape[0], *outs)
 
 
@@ -615,7 +612,7 @@ def _folded_product(w, columns):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _large_map_product(w, columns, forward_per_image: bool, weight_grad_per_image: bool):
+def _matmul_product(w, columns, forward_per_image: bool, weight_grad_per_image: bool):
     """(O, K) weights times (N, K, P) columns -> (N, O, P), each pass in its own form: the
     forward pass one product per image, written straight into the channels-first output
     (_IMAGE_FORWARD_PIXELS), or one product over all images; the input gradient one product
@@ -627,8 +624,8 @@ def _large_map_product(w, columns, forward_per_image: bool, weight_grad_per_imag
     return _folded_product(w, columns)
 
 
-@functools.partial(_large_map_product.defjvp, symbolic_zeros=True)
-def _large_map_product_jvp(forward_per_image, weight_grad_per_image, primals, tangents):
+@functools.partial(_matmul_product.defjvp, symbolic_zeros=True)
+def _matmul_product_jvp(forward_per_image, weight_grad_per_image, primals, tangents):
     (w, columns), (dw, dcolumns) = primals, tangents
     terms = []
     if type(dcolumns) is not SymbolicZero:
@@ -636,7 +633,7 @@ def _large_map_product_jvp(forward_per_image, weight_grad_per_image, primals, ta
     if type(dw) is not SymbolicZero:
         terms.append(_weight_tangent(dw, columns, transposed=False) if weight_grad_per_image
                      else _folded_product(dw, columns))
-    y = _large_map_product(w, columns, forward_per_image, weight_grad_per_image)
+    y = _matmul_product(w, columns, forward_per_image, weight_grad_per_image)
     return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
 
 

@@ -450,13 +450,12 @@ def test_matmul_per_image_passes_keep_forward_mode(geometry, cores, weight_grad_
     monkeypatch.setattr(_conv_cpu, "_IMAGE_FORWARD_PIXELS", 1)
     monkeypatch.setattr(_conv_cpu, "_IMAGE_WEIGHT_GRAD_PIXELS", weight_grad_pixels)
     calls = []
-    real = _conv_cpu._large_map_product
-    monkeypatch.setattr(_conv_cpu, "_large_map_product",
+    real = _conv_cpu._matmul_product
+    monkeypatch.setattr(_conv_cpu, "_matmul_product",
                         lambda w, columns, *forms: calls.append(forms) or real(w, columns, *forms))
     x, w, base = _case(geometry)
     _assert_forward_mode_matches_xla("matmul", base, x, w)
-    forms = (cores == 1, weight_grad_pixels == 1)
-    assert set(calls) == ({forms} if any(forms) else set())  # neither: one plain product
+    assert set(calls) == {(cores == 1, weight_grad_pixels == 1)}
 
 
 @pytest.mark.parametrize("cores", [1, 2])
