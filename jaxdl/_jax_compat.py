@@ -19,7 +19,8 @@ from jax.extend import source_info_util
 from jax.extend.core.primitives import name_p
 
 __all__ = [
-    "HOST_MEMORY", "backends_started", "gather_replicated", "host_local_to_global", "innermost_scope",
+    "HOST_MEMORY", "backends_started", "called_function", "gather_replicated", "host_local_to_global",
+    "innermost_scope",
     "jaxpr_core",  # ClosedJaxpr, Literal, jaxprs_in_params (left jax.core in 0.11)
     "name_p",  # the primitive `checkpoint_name` binds
     "pallas", "pallas_triton",  # Pallas exists only under jax.experimental
@@ -40,6 +41,18 @@ def innermost_scope(name_stack) -> str | None:
         if isinstance(entry, _SCOPE):
             return entry.name
     return None
+
+
+def called_function(eqn) -> str | None:
+    """The name of the function a `jax.jit` or `jax.custom_jvp` call equation calls, else None.
+
+    A jit equation names it in its params; a custom_jvp call only in its jaxpr's debug info.
+    """
+    if "call_jaxpr" in eqn.params and "jvp_jaxpr_fun" in eqn.params:
+        debug = getattr(eqn.params["call_jaxpr"].jaxpr, "debug_info", None)
+        return getattr(debug, "func_name", None)
+    name = eqn.params.get("name")
+    return name if isinstance(name, str) and "jaxpr" in eqn.params else None
 
 
 def backends_started() -> bool:

@@ -261,6 +261,8 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
     nums = (argnums,) if single else tuple(argnums)
 
     def wrapped(*args, **kwargs):
+        from jaxdl.nn import _pooled_linear  # here: jaxdl.nn imports this module
+
         def attempt(stores):
             targets, slot_maps = _grad_targets(args, nums)
 
@@ -284,7 +286,11 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
             kept = set()  # parameters the forward wrote on purpose (Module._update_parameter)
             _store.kept_writes.append(kept)
             try:
-                (value, (aux, after)), grads = jax.value_and_grad(inner, has_aux=True)(targets)
+                differentiated = inner
+                if _pooled_linear.worth_tracing([a for a in args if isinstance(a, _module.Module)]):
+                    differentiated = _pooled_linear.reassociated(inner)
+                (value, (aux, after)), grads = jax.value_and_grad(differentiated,
+                                                                  has_aux=True)(targets)
             finally:
                 _store.kept_writes.pop()
             if _anomaly.is_anomaly_enabled():

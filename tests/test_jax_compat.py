@@ -37,6 +37,20 @@ def test_innermost_scope_names_the_inner_named_scope_under_transforms():
                            for e in outside)
 
 
+def test_called_function_names_jit_and_custom_jvp_calls():
+    @jax.jit
+    def doubled(x):
+        return 2 * x
+
+    @jax.custom_jvp
+    def cubed(x):
+        return x ** 3
+
+    cubed.defjvp(lambda primals, tangents: (cubed(primals[0]), 3 * primals[0] ** 2 * tangents[0]))
+    eqns = _eqns(lambda x: jnp.sin(cubed(doubled(x))), jnp.ones(3))
+    assert [compat.called_function(e) for e in eqns] == ["doubled", "cubed", None]
+
+
 def test_name_p_is_the_primitive_checkpoint_name_binds():
     eqns = _eqns(lambda x: checkpoint_name(x * 2.0, "kept"), jnp.ones(3))
     named = [e for e in eqns if e.primitive is compat.name_p]

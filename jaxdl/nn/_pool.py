@@ -304,14 +304,28 @@ def _adaptive_sizes(input, n, output_size):
     return [L if o is None else o for L, o in zip(spatial, sizes)]
 
 
-def _adaptive_avg(input, n, output_size):
+def _average_bins(input, n, sizes):
     x = input
-    for axis, o in zip(range(input.ndim - n, input.ndim), _adaptive_sizes(input, n, output_size)):
+    for axis, o in zip(range(input.ndim - n, input.ndim), sizes):
         bins = _adaptive_bins(x.shape[axis], o)
         weights = bins / bins.sum(1, keepdims=True)  # float64, cast to the input's dtype
         x = jnp.moveaxis(jnp.tensordot(x, weights.T.astype(x.dtype), axes=([axis], [0])), -1,
                          axis)
     return x
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def expanding_adaptive_avg_pool(input, n, sizes):
+    """A pool with more outputs than inputs, as one named call in a traced step: a linear
+    layer that reads it flattened is reassociated there (`_pooled_linear.py`)."""
+    return _average_bins(input, n, sizes)
+
+
+def _adaptive_avg(input, n, output_size):
+    sizes = tuple(_adaptive_sizes(input, n, output_size))
+    if math.prod(sizes) > math.prod(input.shape[input.ndim - n:]):
+        return expanding_adaptive_avg_pool(input, n, sizes)
+    return _average_bins(input, n, sizes)
 
 
 def _torch_pick(x, member):
