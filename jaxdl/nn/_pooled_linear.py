@@ -42,12 +42,24 @@ def worth_tracing(modules) -> bool:
 
 
 def reassociated(fn):
-    """`fn` evaluated from its jaxpr, with every pool -> flatten -> linear chain rewritten."""
+    """`fn` evaluated from its jaxpr, with every pool -> flatten -> linear chain rewritten.
+
+    Results that are not arrays (a `has_aux` string or Python number) are returned as `fn`
+    returned them, as `jax.value_and_grad` would: only the arrays go through the jaxpr."""
 
     def run(*args):
-        closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
-        outs = jaxpr_core.jaxpr_as_fun(_rewritten(closed))(*jax.tree.leaves(args))
-        return jax.tree.unflatten(jax.tree.structure(out_shapes), outs)
+        traced = {}
+
+        def arrays_of(*args):
+            leaves, traced["tree"] = jax.tree.flatten(fn(*args))
+            traced["leaves"] = leaves
+            return [leaf for leaf in leaves if isinstance(leaf, jax.Array)]
+
+        closed = jax.make_jaxpr(arrays_of)(*args)
+        arrays = iter(jaxpr_core.jaxpr_as_fun(_rewritten(closed))(*jax.tree.leaves(args)))
+        leaves = [next(arrays) if isinstance(leaf, jax.Array) else leaf
+                  for leaf in traced["leaves"]]
+        return jax.tree.unflatten(traced["tree"], leaves)
 
     return run
 

@@ -149,6 +149,14 @@ def test_chains_left_as_they_are(rng, shape, dtype):
     assert "pooled_product" not in _names(_pooled_linear.reassociated(chain), x)
 
 
+def test_auxiliary_results_pass_through_as_they_are():
+    head = _head(nn, "AdaptiveAvgPool2d", 4 * 49, (7, 7))
+    x = jnp.ones((2, 4, 1, 1))
+    aux = {"name": "vgg", "scale": 1.5, "count": 3, "none": None}
+    (_, got), _ = dl.value_and_grad(lambda m: (m(x).sum(), aux), has_aux=True)(head)
+    assert got == aux and type(got["scale"]) is float and type(got["count"]) is int
+
+
 def test_only_modules_with_an_adaptive_average_pool_are_traced_first():
     assert _pooled_linear.worth_tracing([_head(nn, "AdaptiveAvgPool2d", 2 * 49, (7, 7))])
     assert not _pooled_linear.worth_tracing([nn.Sequential(nn.Flatten(), nn.Linear(4, 2))])
