@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from jaxdl import _random, amp
 from jaxdl._convert import as_dtype
+from jaxdl._cpu_features import has_avx512
 from jaxdl._dtypes import accumulation_dtype
 from jaxdl._module import Module, Parameter
 from jaxdl._random import KeyStream
@@ -136,8 +137,10 @@ def _rows_times_weight_jvp(primals, tangents):
 # A (4096, 25088) linear layer's SGD-with-momentum step, one core, product -> outer products
 # (2026-12-04, Intel Xeon with AVX-512): 2 rows 222 -> 150 ms, 8 rows 272 -> 214 ms, 16 rows
 # 304 -> 290 ms, 24 rows 311 -> 523 ms: the loop's 2 flops per row and element catch up with
-# the memory traffic saved at about 16 rows; 8 keeps a margin for CPUs with narrower vectors.
-_OUTER_ROWS = 8
+# the memory traffic saved at about 16 rows with 512-bit vectors, at half that with 256-bit
+# ones. VGG-16's step at 32 px (16 rows, the same Xeon, `ab.py` both orders, 2026-12-07):
+# 16 instead of 8 was 2.1-4.2% faster on one core, 2.1-3.4% on two.
+_OUTER_ROWS = 16 if has_avx512() else 8
 
 
 def _weight_tangent(rows, d_weight):
