@@ -64,6 +64,11 @@ def reassociated(fn):
     return run
 
 
+def _first_changed(pool_in, pool_out) -> int:
+    """The first feature axis whose size the pool changes."""
+    return next(i for i, (a, b) in enumerate(zip(pool_in, pool_out)) if a != b)
+
+
 def _folded_weight(weight, pool_in, pool_out):
     """W (out, prod(pool_out)) -> W' (out, prod(pool_in)) with x W^T = f W'^T for every f of
     shape (rows, *pool_in) and x its pool flattened.
@@ -73,7 +78,7 @@ def _folded_weight(weight, pool_in, pool_out):
     Axes before the first one the pool changes stay out of K (as rows of W), so K is
     (49, 1) or (49, 4) for VGG's head; one product then reads W once (per-axis sums of
     slices took four passes over it and a concatenation)."""
-    lead = next(i for i, (a, b) in enumerate(zip(pool_in, pool_out)) if a != b)
+    lead = _first_changed(pool_in, pool_out)
     kron = np.ones((1, 1))
     for length, out in zip(pool_in[lead:], pool_out[lead:]):
         bins = _adaptive_bins(length, out)
@@ -115,9 +120,15 @@ def _pooled_product_jvp(pool_out, primals, tangents):
     if not isinstance(d_features, jax.custom_derivatives.SymbolicZero):
         terms.append(_times_folded(d_features, folded))
     if not isinstance(d_weight, jax.custom_derivatives.SymbolicZero):
-        pooled = expanding_adaptive_avg_pool(features, features.ndim - 1, pool_out)
+        lead = _first_changed(features.shape[1:], pool_out)  # the axes before stay as they are
+        pooled = expanding_adaptive_avg_pool(features, len(pool_out) - lead, pool_out[lead:])
         terms.append(_weight_tangent(pooled.reshape(features.shape[0], -1), d_weight))
     return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
+
+
+def _producer(atom, producers):
+    """The equation that computes `atom`, or None for an input or a literal (unhashable)."""
+    return producers.get(atom) if isinstance(atom, jaxpr_core.Var) else None
 
 
 def _chain(eqn, producers):
@@ -126,10 +137,10 @@ def _chain(eqn, producers):
     if called_function(eqn) != _PRODUCT or len(eqn.invars) != 2:
         return None
     rows, weight = eqn.invars
-    flat = producers.get(rows)
+    flat = _producer(rows, producers)
     if flat is None or flat.primitive.name != "reshape" or flat.params.get("dimensions"):
         return None
-    pool = producers.get(flat.invars[0])
+    pool = _producer(flat.invars[0], producers)
     if pool is None or called_function(pool) != _POOL:
         return None
     features = pool.invars[0]

@@ -149,6 +149,13 @@ def test_chains_left_as_they_are(rng, shape, dtype):
     assert "pooled_product" not in _names(_pooled_linear.reassociated(chain), x)
 
 
+def test_a_literal_flattened_into_a_linear_layer_is_left_alone():
+    """The reshape's operand is a jaxpr literal (not a variable with a producer)."""
+    chain = lambda w: dl.nn.functional.linear(jax.lax.reshape(2.0, (1, 1)), w)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(_pooled_linear.reassociated(chain)(jnp.ones((3, 1)))),
+                                  np.full((1, 3), 2.0))
+
+
 def test_auxiliary_results_pass_through_as_they_are():
     head = _head(nn, "AdaptiveAvgPool2d", 4 * 49, (7, 7))
     x = jnp.ones((2, 4, 1, 1))
