@@ -298,6 +298,13 @@ def _adaptive_bins(length, out):
     return (j >= start[:, None]) & (j < end[:, None])
 
 
+def adaptive_averaging(length, out):
+    """The (out, length) float64 matrix of PyTorch's adaptive average over one axis: each
+    bin's members weighted by one over its size."""
+    bins = _adaptive_bins(length, out)
+    return bins / bins.sum(1, keepdims=True)
+
+
 def _adaptive_sizes(input, n, output_size):
     sizes = _tuple(output_size, n, "output_size")
     spatial = input.shape[input.ndim - n:]
@@ -307,8 +314,7 @@ def _adaptive_sizes(input, n, output_size):
 def _average_bins(input, n, sizes):
     x = input
     for axis, o in zip(range(input.ndim - n, input.ndim), sizes):
-        bins = _adaptive_bins(x.shape[axis], o)
-        weights = bins / bins.sum(1, keepdims=True)  # float64, cast to the input's dtype
+        weights = adaptive_averaging(x.shape[axis], o)  # float64, cast to the input's dtype
         x = jnp.moveaxis(jnp.tensordot(x, weights.T.astype(x.dtype), axes=([axis], [0])), -1,
                          axis)
     return x

@@ -19,6 +19,7 @@ float64 chains are rewritten: W' rounded to a 16-bit type would lose what the un
 product keeps by accumulating in float32.
 """
 
+import collections
 import functools
 import math
 
@@ -28,7 +29,12 @@ import numpy as np
 
 from jaxdl._jax_compat import called_function, jaxpr_core
 from jaxdl.nn._linear import _rows_times_weight, _weight_tangent
-from jaxdl.nn._pool import AdaptiveAvgPool1d, AdaptiveAvgPool2d, _adaptive_bins, expanding_adaptive_avg_pool
+from jaxdl.nn._pool import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    adaptive_averaging,
+    expanding_adaptive_avg_pool,
+)
 
 _POOL = expanding_adaptive_avg_pool.__name__
 _PRODUCT = _rows_times_weight.__name__
@@ -73,16 +79,15 @@ def _folded_weight(weight, pool_in, pool_out):
     """W (out, prod(pool_out)) -> W' (out, prod(pool_in)) with x W^T = f W'^T for every f of
     shape (rows, *pool_in) and x its pool flattened.
 
-    The pool averages each axis by a matrix (out, in) (`_adaptive_bins` over the bins'
-    sizes), so x = f K^T with K the Kronecker product of those matrices, and W' = W K.
+    The pool averages each axis by a matrix (out, in) (`_pool.adaptive_averaging`), so
+    x = f K^T with K the Kronecker product of those matrices, and W' = W K.
     Axes before the first one the pool changes stay out of K (as rows of W), so K is
     (49, 1) or (49, 4) for VGG's head; one product then reads W once (per-axis sums of
     slices took four passes over it and a concatenation)."""
     lead = _first_changed(pool_in, pool_out)
     kron = np.ones((1, 1))
     for length, out in zip(pool_in[lead:], pool_out[lead:]):
-        bins = _adaptive_bins(length, out)
-        kron = np.kron(kron, bins / bins.sum(1, keepdims=True))
+        kron = np.kron(kron, adaptive_averaging(length, out))
     rows = weight.reshape(-1, kron.shape[0])
     kron = kron.astype(weight.dtype)
     if kron.shape[1] == 1:  # a matrix-vector product: 28 ms for VGG's (4096, 25088)
@@ -164,10 +169,9 @@ def _call_of(features, weight, pool_out):
 def _rewritten(closed):
     jaxpr = closed.jaxpr
     producers = {v: eqn for eqn in jaxpr.eqns for v in eqn.outvars}
-    reads = {}
-    for v in [*(v for eqn in jaxpr.eqns for v in eqn.invars), *jaxpr.outvars]:
-        if isinstance(v, jaxpr_core.Var):
-            reads[v] = reads.get(v, 0) + 1
+    reads = collections.Counter(
+        v for v in (*(v for eqn in jaxpr.eqns for v in eqn.invars), *jaxpr.outvars)
+        if isinstance(v, jaxpr_core.Var))
     eqns, dropped = list(jaxpr.eqns), set()
     constvars, consts = list(jaxpr.constvars), list(closed.consts)
     for i, eqn in enumerate(jaxpr.eqns):
