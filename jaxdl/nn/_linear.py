@@ -62,30 +62,29 @@ def _materialised(rows):
     return jnp.sum(jnp.stack([rows, jnp.full_like(rows, -0.0)], axis=1), axis=1)
 
 
-# From 3 to `_SUMMED_ROWS` rows, a weight of at least `_SUMMED_WEIGHT` elements (beyond the
-# caches) is read by a multiply-and-sum loop instead of a matrix product on CPU (one core,
-# 2026-12-04, Intel Xeon with AVX-512, ms, product -> loop, torch's F.linear in brackets):
-# (4096, 25088) with 3 rows 90 -> 62 (26), 8 rows 100 -> 66 (75), 16 rows 111 -> 77 (73),
-# 32 rows 124 -> 99 (94); (4096, 9216) with 8 rows 45 -> 24 (29). A plain sum of that
-# (4096, 25088) weight takes 28 ms, so the product reads it at a third of the memory's
-# speed; the loop takes every input row against a weight row while that row is in cache.
-# Below 2^22 elements (16 MiB of float32) the two ran even.
+# From 2 to `_SUMMED_ROWS` rows against a weight of at least `_SUMMED_WEIGHT` elements, the
+# forward is a multiply-and-sum over (rows, out, in) on CPU, which XLA hands to YNNPACK as a
+# reduction: it reads the weight once for all rows, where YNNPACK's matrix product first
+# copies the weight into its own layout (one core, 2026-12-08, Intel Xeon with AVX-512, ms,
+# product -> sum): (4096, 9216) with 2 rows 35 -> 12 (two matrix-vector products, the form
+# used before, 19), 8 rows 45 -> 13, 32 rows 58 -> 21, 64 rows 62 -> 38, 128 rows 84 -> 76,
+# 256 rows 149 -> 153; (4096, 25088) with 16 rows 100 -> 53; (512, 512) with 32 rows 0.19 ->
+# 0.15 and with 128 rows 0.50 -> 0.53. The same sum with the output as (out, rows), the form
+# used before for 3 to 32 rows, took 1.7-2x as long as this one; with one row (a leading
+# axis of extent 1, "Two XLA CPU pitfalls in the GPT step" in docs/design.md) it took 187
+# ms, so one row stays a product.
 _SUMMED_ROWS = 32
-_SUMMED_WEIGHT = 1 << 22
+_SUMMED_WEIGHT = 1 << 16
 
 
 def _times_transposed(rows, weight):
-    """rows W^T. Two rows run as two matrix-vector products: YNNPACK took 58 ms for a
-    (2, 9216) x (4096, 9216)^T product and 26 ms for the two products W x (one row: 12 ms;
-    with three or four rows its matrix product wins again). A few more rows against a
-    large weight run as a multiply-and-sum loop on CPU (`_SUMMED_ROWS`)."""
-    if rows.shape[0] == 2:
-        return jnp.stack([weight @ rows[0], weight @ rows[1]])
-    if (3 <= rows.shape[0] <= _SUMMED_ROWS and weight.size >= _SUMMED_WEIGHT
+    """rows W^T: with few rows (`_SUMMED_ROWS`) on CPU a multiply-and-sum, otherwise the
+    product."""
+    if (2 <= rows.shape[0] <= _SUMMED_ROWS and weight.size >= _SUMMED_WEIGHT
             and jax.default_backend() == "cpu"):
         acc = accumulation_dtype(rows.dtype)
         wide = _materialised(rows.astype(acc))
-        return jnp.sum(weight.astype(acc)[:, None, :] * wide, axis=2).T.astype(rows.dtype)
+        return jnp.sum(weight.astype(acc)[None] * wide[:, None], axis=2).astype(rows.dtype)
     return jax.lax.dot_general(rows, weight, (((1,), (1,)), ((), ())))
 
 

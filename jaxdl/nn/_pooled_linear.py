@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl._jax_compat import called_function, jaxpr_core
-from jaxdl.nn._linear import _rows_times_weight, _weight_tangent
+from jaxdl.nn._linear import _rows_tangent, _rows_times_weight, _times_transposed, _weight_tangent
 from jaxdl.nn._pool import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -101,17 +101,17 @@ def _folded_weight(weight, pool_in, pool_out):
 def pooled_product(features, weight, pool_out):
     """x W^T for x = the expanding pool of `features` (rows, *feature axes) to `pool_out`
     (the feature axes' sizes after it), flattened; computed as features W'^T."""
-    return _times_folded(features, _folded_weight(weight, features.shape[1:], pool_out))
+    return _times_transposed(_flat(features), _folded_weight(weight, features.shape[1:], pool_out))
 
 
-def _times_folded(features, folded):
-    rows = features.reshape(features.shape[0], -1)
-    return jax.lax.dot_general(rows, folded, (((1,), (1,)), ((), ())))
+def _flat(features):
+    return features.reshape(features.shape[0], -1)
 
 
 @functools.partial(pooled_product.defjvp, symbolic_zeros=True)
 def _pooled_product_jvp(pool_out, primals, tangents):
-    """The features' tangent goes through W'; the weight's is the unrewritten layer's,
+    """The features' tangent goes through W' (in the linear layer's form for the input
+    gradient, `_rows_tangent`); the weight's is the unrewritten layer's,
     x dW^T with x the pooled rows (`_weight_tangent`), so that the weight gradient takes the
     forms tuned for it there. Spread from the (out, in) gradient of W', it would be a
     broadcast fused into the optimizer's loop over the weight, which XLA on CPU evaluates
@@ -120,10 +120,10 @@ def _pooled_product_jvp(pool_out, primals, tangents):
     features, weight = primals
     d_features, d_weight = tangents
     folded = _folded_weight(weight, features.shape[1:], pool_out)
-    out = _times_folded(features, folded)
+    out = _times_transposed(_flat(features), folded)
     terms = []
     if not isinstance(d_features, jax.custom_derivatives.SymbolicZero):
-        terms.append(_times_folded(d_features, folded))
+        terms.append(_rows_tangent(_flat(d_features), folded))
     if not isinstance(d_weight, jax.custom_derivatives.SymbolicZero):
         lead = _first_changed(features.shape[1:], pool_out)  # the axes before stay as they are
         pooled = expanding_adaptive_avg_pool(features, len(pool_out) - lead, pool_out[lead:])

@@ -34,16 +34,16 @@ def test_linear_bilinear_shape_layers(rng):
 
 
 # Row counts that take each form of F.linear's products (_linear._times_transposed,
-# _rows_tangent and _weight_tangent): one row, two rows (matrix-vector products), few rows
+# _rows_tangent and _weight_tangent): one row (the forward a product), two and eight rows
 # (the input gradient as (W^T dy^T)^T, the weight gradient as a sum of outer products, and
-# against a large weight the forward as a multiply-and-sum loop), many rows (autodiff's forms).
+# against a large weight the forward as a multiply-and-sum), many rows (autodiff's forms).
 ROWS = [1, 2, 8, 100]
 
 
 @pytest.fixture(params=["product", "summed"])
 def weight_bound(request, monkeypatch):
     """Each test twice: as is, and with every weight counted as large, so that the small
-    weights here take the forward's multiply-and-sum loop (_linear._SUMMED_WEIGHT)."""
+    weights here take the forward's multiply-and-sum (_linear._SUMMED_WEIGHT)."""
     if request.param == "summed":
         monkeypatch.setattr(_linear, "_SUMMED_WEIGHT", 0)
     return request.param
@@ -124,14 +124,15 @@ def test_few_rows_weight_gradient_loop_reads_dropout_from_memory(rows, rng):
         lambda w: jnp.sum(jnp.tanh(x @ w.T)))(w), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("rows, summed", [(2, False), (3, True), (32, True), (33, False)])
-def test_few_rows_against_a_large_weight_are_summed_in_a_loop(rows, summed, rng):
-    # From 3 to 32 rows against a weight of 2^22 elements or more, the forward on CPU is a
-    # multiply-and-sum loop (a reduce, which XLA hands to YNNPACK with the multiply fused in),
+@pytest.mark.parametrize("rows, features, summed", [
+    (1, 2048, False), (2, 2048, True), (32, 2048, True), (33, 2048, False), (8, 128, False)])
+def test_few_rows_against_a_large_weight_are_summed(rows, features, summed, rng):
+    # From 2 to 32 rows against a weight of 2^16 elements or more, the forward on CPU is a
+    # multiply-and-sum (a reduce, which XLA hands to YNNPACK with the multiply fused in),
     # not a matrix product; torch's Linear is the oracle for values and gradients.
-    t_lin, j_lin = pair("Linear", 2048, 2048, bias=False)
-    check_twin(t_lin, j_lin, [rand(rng, rows, 2048)], modes=("train",), jit=True)
-    w, x = jnp.asarray(rand(rng, 2048, 2048)), jnp.asarray(rand(rng, rows, 2048))
+    t_lin, j_lin = pair("Linear", features, features, bias=False)
+    check_twin(t_lin, j_lin, [rand(rng, rows, features)], modes=("train",), jit=True)
+    w, x = jnp.asarray(rand(rng, features, features)), jnp.asarray(rand(rng, rows, features))
     text = jax.jit(F.linear, compiler_options=dl.xla_compiler_options()).lower(x, w).compile().as_text()
     products = [line for line in text.splitlines() if " dot(" in line]
     assert (products == []) == summed, products
