@@ -67,7 +67,9 @@ def _cpu() -> str:
         return platform.processor() or "cpu"
     field = {k.strip(): v.strip() for k, _, v in
              (line.partition(":") for line in text.split("\n\n")[0].splitlines())}
-    vector = "avx512" if "avx512f" in field.get("flags", "").split() else "no avx512"
+    from jaxdl._cpu_features import has_avx512  # here: importing jaxdl imports jax, after pin_threads
+
+    vector = "avx512" if has_avx512() else "no avx512"
     return (f"{field.get('model name', 'cpu')} (family {field.get('cpu family', '?')}, "
             f"model {field.get('model', '?')}, {vector})")
 

@@ -127,7 +127,7 @@ def _pooled_product_jvp(pool_out, primals, tangents):
     if not isinstance(d_weight, jax.custom_derivatives.SymbolicZero):
         lead = _first_changed(features.shape[1:], pool_out)  # the axes before stay as they are
         pooled = expanding_adaptive_avg_pool(features, len(pool_out) - lead, pool_out[lead:])
-        terms.append(_weight_tangent(pooled.reshape(features.shape[0], -1), d_weight))
+        terms.append(_weight_tangent(_flat(pooled), d_weight))
     return out, functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(out)
 
 
